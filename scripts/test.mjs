@@ -64,6 +64,25 @@ if (process.env.LOCALE2B_TEST_NO_CHECKS === "1") {
   if (!r.ok) fail(`build (exit ${r.code})`);
 }
 
+// 2b: guest images for the microVM suites (test/vm, test/rootfs): the kernel
+// and the `base` template, cached outside the clone by the hash of their
+// inputs (a warm run takes a second). Needs root, debootstrap and gcc
+// (.ci/run runs scripts/setup-host first); without QEMU the VM suites skip
+// and say why. LOCALE2B_TEST_NO_VM=1 skips this step.
+process.env.LOCALE2B_IMAGES_DIR ||= join(homedir(), ".cache", "locale2b", "images");
+if (process.env.LOCALE2B_TEST_NO_VM === "1") {
+  process.stdout.write("LOCALE2B_TEST_NO_VM=1: not building guest images; the VM suites will skip\n");
+} else if (spawnSync("qemu-system-x86_64", ["--version"], { stdio: "ignore" }).status !== 0) {
+  process.stdout.write("qemu-system-x86_64 is missing: not building guest images; the VM suites will skip (scripts/setup-host installs QEMU)\n");
+} else if (process.getuid?.() !== 0) {
+  process.stdout.write("not root: not building guest images (debootstrap needs root); the VM suites run only if the images are already built\n");
+} else {
+  const kernel = run("guest kernel (cached)", "bash", [join(root, "scripts", "build-kernel.sh")]);
+  if (!kernel.ok) fail(`guest kernel build (exit ${kernel.code})`);
+  const template = run("base template (cached)", process.execPath, [join(root, "dist", "control-plane", "cli", "main.js"), "template", "build", "base"]);
+  if (!template.ok) fail(`base template build (exit ${template.code})`);
+}
+
 // 3: tests, with a JSON report beside the usual output.
 const dir = mkdtempSync(join(tmpdir(), "locale2b-vitest-"));
 const reportFile = join(dir, "report.json");

@@ -14,6 +14,8 @@ Commands:
             running server
   keys      create, list and revoke API keys
   envd      run envd (the in-sandbox agent) standalone on a TCP or Unix socket
+  doctor    check this host for the microVM runtimes (QEMU, vsock, KVM, kernel)
+  template  build guest images (root filesystems) from rootfs/templates/; list them
   help      show this help
 
 Run 'locale2b <command> --help' for a command's options.
@@ -48,6 +50,11 @@ async function main(argv: string[]): Promise<number> {
     case "keys":
     case "key":
       return (await import("./keys-command.js")).runKeysCommand(rest);
+    case "doctor":
+      return (await import("./doctor-command.js")).runDoctorCommand(rest);
+    case "template":
+    case "templates":
+      return (await import("./template-command.js")).runTemplateCommand(rest);
     case undefined:
     case "help":
     case "--help":

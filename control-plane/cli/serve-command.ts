@@ -1,7 +1,9 @@
 // `locale2b serve` (= `npm start`): the control plane, E2B REST API, Connect
 // API and envd proxy on one port.
 import { startControlPlane, DEFAULT_LIMITS, type RunningControlPlane } from "../server.js";
+import { imagesDir } from "../images/layout.js";
 import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../config.js";
+import { createRuntime, isRuntimeName, RUNTIME_NAMES, type RuntimeName } from "../runtimes/select.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
 
 const HELP = `Usage: locale2b serve [options]
@@ -23,7 +25,11 @@ Options:
                              (default ${DEFAULT_LIMITS.memoryBudgetMB})
       --domain NAME          route <port>-<sandboxId>.NAME hosts to sandboxes
                              (default localhost)
-      --runtime NAME         sandbox runtime (default process; the only one so far)
+      --runtime NAME         sandbox runtime: process (default; host processes in
+                             namespaces), qemu (QEMU microVMs; KVM or emulation) or
+                             firecracker (Firecracker microVMs; needs hardware KVM).
+                             Default: $LOCALE2B_RUNTIME, else process. 'locale2b doctor'
+                             says what a host has; scripts/setup-host installs it
   -h, --help                 show this help
 
 Environment:
@@ -37,8 +43,6 @@ start with the same data dir adopts them again.
 
 const API_KEY_RE = /^e2b_[0-9a-f]{40}$/;
 
-/** Runtimes locale2b knows of, and whether this build has them. */
-const RUNTIMES: Record<string, boolean> = { process: true, qemu: false, firecracker: false };
 
 export interface ServeOptions {
   host: string;
@@ -48,6 +52,7 @@ export interface ServeOptions {
   memoryBudgetMB?: number;
   domain?: string;
   apiKey?: string;
+  runtime: RuntimeName;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -65,15 +70,9 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     },
   });
   if (values.help) return "help";
-  const runtime = values.runtime ?? "process";
-  if (!(runtime in RUNTIMES)) {
-    throw new UsageError(`unknown runtime '${runtime}' (known: ${Object.keys(RUNTIMES).join(", ")})`, "serve");
-  }
-  if (!RUNTIMES[runtime]) {
-    throw new CliError(
-      `runtime '${runtime}' is not available yet: this version runs sandboxes only on the 'process' runtime (isolated host processes); start with --runtime process`,
-      2,
-    );
+  const runtime = values.runtime || env.LOCALE2B_RUNTIME || "process";
+  if (!isRuntimeName(runtime)) {
+    throw new UsageError(`unknown runtime '${runtime}' (known: ${RUNTIME_NAMES.join(", ")})`, "serve");
   }
   const apiKey = env.LOCALE2B_API_KEY?.trim() || undefined;
   if (apiKey && !API_KEY_RE.test(apiKey)) {
@@ -87,6 +86,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     memoryBudgetMB: intOption(values["memory-budget-mb"], "--memory-budget-mb", "serve", { min: 1 }),
     domain: values.domain || undefined,
     apiKey,
+    runtime,
   };
 }
 
@@ -120,7 +120,12 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
   if (opts.host === "0.0.0.0" || opts.host === "::") {
     lines.push(`Listening on every interface: from other machines use this host's address instead of ${url}.`);
   }
-  lines.push("", `Runtime '${cp.runtime.name}': sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots).`);
+  const kinds: Record<string, string> = {
+    process: "sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots)",
+    qemu: "sandboxes are QEMU microVMs (pause keeps them in memory)",
+    firecracker: "sandboxes are Firecracker microVMs (pause snapshots them to disk)",
+  };
+  lines.push("", `Runtime '${cp.runtime.name}': ${kinds[cp.runtime.name] ?? "sandboxes"}.`);
   for (const note of cp.notes) lines.push(`  - ${note}`);
   lines.push("", "Metrics: GET /metrics. Logs: stderr. Stop with Ctrl-C (sandboxes keep running).", "");
   return lines.join("\n");
@@ -154,9 +159,13 @@ export async function runServeCommand(args: string[]): Promise<number> {
 
   let cp: RunningControlPlane;
   try {
-    cp = await startControlPlane({ host: opts.host, port: opts.port, dataDir: opts.dataDir, limits, domain: opts.domain, apiKey: opts.apiKey });
+    const runtime = await createRuntime(opts.runtime, { imagesDir: imagesDir() });
+    cp = await startControlPlane({ host: opts.host, port: opts.port, dataDir: opts.dataDir, limits, domain: opts.domain, apiKey: opts.apiKey, runtime });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
+    if (e instanceof Error && e.name === "RuntimeUnavailableError") {
+      throw new CliError(`cannot start the '${opts.runtime}' runtime: ${e.message}`, 2);
+    }
     if (e.code === "EADDRINUSE") throw new CliError(`port ${opts.port} on ${opts.host} is in use: pick another with --port`);
     if (e.code === "EACCES" || e.code === "EROFS") throw new CliError(`cannot use ${opts.dataDir}: ${e.message} (choose another with --data-dir)`);
     throw err;

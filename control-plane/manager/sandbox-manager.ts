@@ -98,8 +98,18 @@ export class SandboxManager {
     if (rec.state === "pausing") await inst.pause();
     if (rec.state === "resuming") await inst.resume();
     const state = rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
+    if (state === "paused" && inst.quietVsockWhilePaused) this.o.pool.hold(rec.id);
     this.save({ ...rec, state });
     log.info({ state }, "sandbox re-adopted");
+  }
+
+  /** Host memory per live sandbox, where its runtime can tell (metrics). */
+  hostMemory(): { sandboxId: string; runtime: string; bytes: number }[] {
+    const out: { sandboxId: string; runtime: string; bytes: number }[] = [];
+    for (const [id, inst] of this.instances) {
+      if (inst.hostMemoryBytes) out.push({ sandboxId: id, runtime: this.o.runtime.name, bytes: inst.hostMemoryBytes() });
+    }
+    return out;
   }
 
   private dir(id: string): string {
@@ -122,7 +132,7 @@ export class SandboxManager {
         const rec = this.o.store.getSandbox(id);
         if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
         this.instances.delete(id);
-        this.o.pool.drop(id);
+        this.o.pool.forget(id);
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
       });
@@ -215,12 +225,14 @@ export class SandboxManager {
         });
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         const live = inst;
-        await this.o.envd.waitReady(id, inst.socketPath, this.o.readyTimeoutMs, () => live.alive());
+        const readyMs = Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
+        await this.o.envd.waitReady(id, inst.socketPath, readyMs, () => live.alive());
         await this.init(rec, inst);
       } catch (err) {
         log.error({ err }, "sandbox creation failed");
-        await inst?.kill().catch(() => undefined);
         this.o.pool.drop(id);
+        await inst?.kill().catch(() => undefined);
+        this.o.pool.forget(id);
         this.o.store.deleteSandbox(id);
         rmSync(dir, { recursive: true, force: true });
         throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}`);
@@ -269,13 +281,18 @@ export class SandboxManager {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
+    // Firecracker's pause ends the VMM process: its connections die with it.
+    if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
+    if (inst.quietVsockWhilePaused) this.o.pool.hold(rec.id);
     try {
       await inst.pause();
     } catch (err) {
+      this.o.pool.release(rec.id);
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
     }
-    const paused = this.save({ ...rec, state: "paused" });
+    // A runtime may change what it needs to re-adopt the instance (Firecracker: the VMM process is gone).
+    const paused = this.save({ ...rec, state: "paused", runtimeData: inst.persisted });
     this.o.log.info({ sandboxId: rec.id }, "sandbox paused");
     this.emit("paused", paused);
     return paused;
@@ -317,12 +334,14 @@ export class SandboxManager {
     this.save({ ...rec, state: "resuming" });
     try {
       await inst.resume();
+      if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
+      this.o.pool.release(rec.id);
       await this.init(rec, inst);
     } catch (err) {
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to resume sandbox '${rec.id}': ${(err as Error).message}`);
     }
-    const running = this.save({ ...rec, state: "running", endAt: Date.now() + timeout * 1000 });
+    const running = this.save({ ...rec, state: "running", endAt: Date.now() + timeout * 1000, runtimeData: inst.persisted });
     this.o.log.info({ sandboxId: rec.id }, "sandbox resumed");
     this.emit("resumed", running);
     return running;
@@ -340,6 +359,7 @@ export class SandboxManager {
     this.instances.delete(rec.id);
     this.o.pool.drop(rec.id);
     await inst?.kill();
+    this.o.pool.forget(rec.id);
     rmSync(this.dir(rec.id), { recursive: true, force: true });
     const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
     this.o.log.info({ sandboxId: rec.id, reason }, "sandbox killed");

@@ -5,8 +5,8 @@ import type { LifecycleBus } from "../manager/events.js";
 import type { LifecycleEventType, SandboxState } from "../manager/types.js";
 import { header, Histogram, LabeledCounter, sample } from "./prometheus.js";
 
-/** Latency buckets in seconds, 5 ms … 30 s. */
-export const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30] as const;
+/** Latency buckets in seconds, 5 ms … 5 min (a microVM under emulation boots in tens of seconds). */
+export const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 
 /**
  * Every state a live sandbox can be in: each is exposed, 0 where none are.
@@ -73,7 +73,7 @@ export class ControlPlaneMetrics {
   }
 
   /** The exposition text; `states` counts sandboxes by state (missing states are 0). */
-  render(states: Record<string, number>): string {
+  render(states: Record<string, number>, hostMemory: { sandboxId: string; runtime: string; bytes: number }[] = []): string {
     let out = header("locale2b_sandboxes", "gauge", "Sandboxes by state.");
     const names = [...SANDBOX_STATES, ...Object.keys(states).filter((s) => !SANDBOX_STATES.includes(s as SandboxState))];
     for (const s of names) out += sample("locale2b_sandboxes", { state: s }, states[s] ?? 0);
@@ -83,6 +83,10 @@ export class ControlPlaneMetrics {
     out += header("locale2b_proxy_open_streams", "gauge", "Requests and streams the envd proxy has open.");
     out += sample("locale2b_proxy_open_streams", {}, this.openStreams);
     out += this.events.render();
+    if (hostMemory.length) {
+      out += header("locale2b_sandbox_host_memory_bytes", "gauge", "Host memory a sandbox's VMM uses (resident: guest RAM it touched plus its own).");
+      for (const m of hostMemory) out += sample("locale2b_sandbox_host_memory_bytes", { sandbox_id: m.sandboxId, runtime: m.runtime }, m.bytes);
+    }
     out += this.processMetrics();
     return out;
   }

@@ -37,6 +37,16 @@ export interface Instance {
   /** envd's default user and workdir inside this instance (pushed through /init), if the runtime sets them. */
   readonly defaultUser?: string;
   readonly defaultWorkdir?: string;
+  /**
+   * The VM's vsock must see no host traffic while it is paused (qemu with
+   * vhost-device-vsock): the control plane holds every write, dial and close
+   * for this sandbox from before pause() until resume() returns.
+   */
+  readonly quietVsockWhilePaused?: boolean;
+  /** Every vsock connection is reset by resume() (Firecracker snapshot load): pooled ones are dropped. */
+  readonly resetsConnectionsOnResume?: boolean;
+  /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */
+  readonly readyTimeoutMs?: number;
   pause(): Promise<void>;
   resume(): Promise<void>;
   /** Stops everything and removes the sandbox's runtime state; idempotent. */
@@ -45,6 +55,8 @@ export interface Instance {
   stats(): Promise<InstanceStats>;
   /** Called once if the instance dies on its own (crash, OOM, killed from outside). */
   onExit(listener: (reason: string) => void): void;
+  /** Host memory the instance uses now (a VMM's resident set: guest RAM it touched plus its own), for metrics. */
+  hostMemoryBytes?(): number;
   /** Console/agent log lines, newest last (for the logs endpoints). */
   logs?(): Promise<{ timestamp: number; line: string }[]>;
 }

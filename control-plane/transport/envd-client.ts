@@ -54,8 +54,10 @@ export class EnvdClient {
     let last = "no answer yet";
     // A connect to a socket that is not there yet fails in microseconds: poll
     // often, so a ready envd is found at once (it is on the create latency path).
-    const delay = 3;
+    // After a second it is a booting VM: poll gently, each dial reaches its guest.
+    const start = Date.now();
     while (Date.now() < deadline) {
+      const delay = Date.now() - start < 1_000 ? 3 : 50;
       try {
         const res = await this.request(sandboxId, socketPath, { method: "GET", path: "/health", timeoutMs: 2_000 });
         if (res.status === 204) return;

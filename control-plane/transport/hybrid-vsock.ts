@@ -18,7 +18,18 @@ export class DialError extends Error {
  * runtime's): write `CONNECT <port>\n`, read `OK <n>\n`, then the socket is a
  * byte stream to the guest port. Fails with a clear error, never hangs.
  */
-export function dialHybridVsock(socketPath: string, port: number, timeoutMs = HANDSHAKE_TIMEOUT_MS): Promise<net.Socket> {
+export async function dialHybridVsock(
+  socketPath: string,
+  port: number,
+  timeoutMs = HANDSHAKE_TIMEOUT_MS,
+  gate?: VsockGate,
+): Promise<net.Socket> {
+  await gate?.wait();
+  const socket = await dialOnce(socketPath, port, timeoutMs);
+  return gate ? gate.guard(socket) : socket;
+}
+
+function dialOnce(socketPath: string, port: number, timeoutMs: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     const socket = net.createConnection(socketPath);
     let buffered = Buffer.alloc(0);
@@ -66,6 +77,70 @@ export function dialHybridVsock(socketPath: string, port: number, timeoutMs = HA
 }
 
 /**
+ * Holds a sandbox's vsock traffic while its VM is stopped. vhost-device-vsock
+ * (the qemu runtime's vsock backend) silently loses the VM's vsock for good
+ * when the host writes, dials or closes while the guest is stopped, so during
+ * an in-memory pause every write, end, destroy and new dial waits here until
+ * the VM runs again. Reads are not held: the stopped guest sends nothing.
+ */
+export class VsockGate {
+  private held: { promise: Promise<void>; release: () => void } | undefined;
+
+  get isHeld(): boolean {
+    return this.held !== undefined;
+  }
+
+  hold(): void {
+    if (this.held) return;
+    let release!: () => void;
+    const promise = new Promise<void>((r) => (release = r));
+    this.held = { promise, release };
+  }
+
+  release(): void {
+    const held = this.held;
+    this.held = undefined;
+    held?.release();
+  }
+
+  /** Resolves at once when not held, else when released. */
+  wait(): Promise<void> | undefined {
+    return this.held?.promise;
+  }
+
+  /**
+   * Makes a dialed socket defer its writes, end and destroy while the gate is
+   * held. net.Socket's own methods are wrapped (not the socket replaced by a
+   * Duplex) so http.Agent and http2 keep the socket features they use.
+   */
+  guard(socket: net.Socket): net.Socket {
+    const s = socket as net.Socket & {
+      _write(chunk: unknown, enc: BufferEncoding, cb: (err?: Error | null) => void): void;
+      _writev?(chunks: unknown[], cb: (err?: Error | null) => void): void;
+      _final(cb: (err?: Error | null) => void): void;
+    };
+    const later = <A extends unknown[]>(fn: (...args: A) => void) =>
+      (...args: A): void => {
+        const wait = this.wait();
+        if (wait) void wait.then(() => fn(...args));
+        else fn(...args);
+      };
+    const write = s._write.bind(s);
+    s._write = later(write);
+    if (s._writev) s._writev = later(s._writev.bind(s));
+    s._final = later(s._final.bind(s));
+    const destroy = s.destroy.bind(s);
+    s.destroy = (err?: Error) => {
+      const wait = this.wait();
+      if (!wait) return destroy(err);
+      void wait.then(() => destroy(err));
+      return s;
+    };
+    return s;
+  }
+}
+
+/**
  * An http.Agent whose connections are hybrid-vsock dials: keep-alive, pooled
  * per sandbox, so the handshake is paid once per connection, not per request.
  */
@@ -73,6 +148,7 @@ export class HybridVsockAgent extends http.Agent {
   constructor(
     readonly socketPath: string,
     readonly port: number,
+    readonly gate?: VsockGate,
   ) {
     super({ keepAlive: true, keepAliveMsecs: 30_000, maxSockets: 512, maxFreeSockets: 64, scheduling: "lifo" });
   }
@@ -81,7 +157,7 @@ export class HybridVsockAgent extends http.Agent {
     _options: http.ClientRequestArgs,
     callback?: (err: Error | null, stream: Duplex) => void,
   ): Duplex | null | undefined {
-    dialHybridVsock(this.socketPath, this.port).then(
+    dialHybridVsock(this.socketPath, this.port, HANDSHAKE_TIMEOUT_MS, this.gate).then(
       (socket) => callback?.(null, socket),
       (err: Error) => callback?.(err, undefined as unknown as Duplex),
     );
@@ -92,13 +168,34 @@ export class HybridVsockAgent extends http.Agent {
 /** One agent per (sandbox, port); dropped when the sandbox stops or resumes from a snapshot. */
 export class AgentPool {
   private readonly agents = new Map<string, HybridVsockAgent>();
+  private readonly gates = new Map<string, VsockGate>();
+
+  /** The sandbox's gate: every connection to it, pooled or not (HTTP/2), goes through it. */
+  gate(sandboxId: string): VsockGate {
+    let gate = this.gates.get(sandboxId);
+    if (!gate) {
+      gate = new VsockGate();
+      this.gates.set(sandboxId, gate);
+    }
+    return gate;
+  }
+
+  /** Holds all vsock traffic of a sandbox (before its VM is stopped). */
+  hold(sandboxId: string): void {
+    this.gate(sandboxId).hold();
+  }
+
+  /** Lets held traffic through (after its VM runs again, or once it is dead). */
+  release(sandboxId: string): void {
+    this.gates.get(sandboxId)?.release();
+  }
 
   get(sandboxId: string, socketPath: string, port: number): HybridVsockAgent {
     const key = `${sandboxId}:${port}`;
     let agent = this.agents.get(key);
     if (!agent || agent.socketPath !== socketPath) {
       agent?.destroy();
-      agent = new HybridVsockAgent(socketPath, port);
+      agent = new HybridVsockAgent(socketPath, port, this.gate(sandboxId));
       this.agents.set(key, agent);
     }
     return agent;
@@ -114,8 +211,17 @@ export class AgentPool {
     }
   }
 
+  /** A sandbox is gone (killed or dead): drop its connections and let anything held go. */
+  forget(sandboxId: string): void {
+    this.drop(sandboxId);
+    this.gates.get(sandboxId)?.release();
+    this.gates.delete(sandboxId);
+  }
+
   destroy(): void {
     for (const agent of this.agents.values()) agent.destroy();
     this.agents.clear();
+    for (const gate of this.gates.values()) gate.release();
+    this.gates.clear();
   }
 }

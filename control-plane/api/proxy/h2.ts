@@ -3,7 +3,7 @@ import type { Http2ServerRequest, Http2ServerResponse, OutgoingHttpHeaders } fro
 import type { IncomingHttpHeaders } from "node:http";
 import { ENVD_PORT } from "../../../envd/version.js";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
-import { dialHybridVsock } from "../../transport/hybrid-vsock.js";
+import { dialHybridVsock, type VsockGate } from "../../transport/hybrid-vsock.js";
 import { forwardHeaders, responseHeaders } from "./http.js";
 
 /**
@@ -14,11 +14,11 @@ import { forwardHeaders, responseHeaders } from "./http.js";
 export class H2Upstreams {
   private readonly sessions = new Map<string, Promise<http2.ClientHttp2Session>>();
 
-  get(sandboxId: string, socketPath: string): Promise<http2.ClientHttp2Session> {
+  get(sandboxId: string, socketPath: string, gate?: VsockGate): Promise<http2.ClientHttp2Session> {
     const key = `${sandboxId}\0${socketPath}`;
     let session = this.sessions.get(key);
     if (!session) {
-      session = dialHybridVsock(socketPath, ENVD_PORT).then((socket) => {
+      session = dialHybridVsock(socketPath, ENVD_PORT, undefined, gate).then((socket) => {
         const s = http2.connect(`http://${ENVD_PORT}-${sandboxId}`, { createConnection: () => socket });
         const forget = () => {
           if (this.sessions.get(key) === session) this.sessions.delete(key);

@@ -116,7 +116,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       );
     }
     if (req.httpVersionMajor === 2) {
-      const session = await h2.get(sandboxId!, route.socketPath).catch((err: Error) => err);
+      const session = await h2.get(sandboxId!, route.socketPath, pool.gate(sandboxId!)).catch((err: Error) => err);
       if (session instanceof Error) {
         return sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${session.message})`, connect);
       }

@@ -1,5 +1,6 @@
 import { basename, dirname } from "node:path";
 import type { SandboxLayout } from "./sandbox-fs.js";
+import { buildTemplateFstab, templateSetupScript } from "./template-root.js";
 
 /**
  * How a sandbox is isolated:
@@ -27,8 +28,13 @@ export interface LaunchOptions {
   cgroupProcs: string[];
   /** Host paths the sandbox must still see (node, the locale2b package) even when under a hidden path. */
   keep: string[];
-  /** What runs last, as the namespace's second process (envd). */
+  /** What runs last, as the namespace's second process (envd). Unused with rootfsDir. */
   command: string[];
+  /**
+   * Run on this template root filesystem (overlay, pivot_root) and start its
+   * own init and envd, instead of envd on the host's filesystem (root mode only).
+   */
+  rootfsDir?: string;
 }
 
 export interface Launch {
@@ -162,6 +168,10 @@ export function buildLaunch(o: LaunchOptions): Launch {
   const outer = `${join ? `{ ${join}; } || { echo "locale2b: cannot enter the sandbox's cgroup" >&2; exit 97; }\n` : ""}exec "$@"`;
   const tag = `locale2b-sandbox:${o.sandboxId}`;
   if (o.mode === "none") return { file: "/bin/sh", args: ["-c", outer, tag, ...o.command], fstab: "" };
+  if (o.rootfsDir) {
+    const inner = [o.bin.unshare, ...unshareFlags(o.mode, o.isolateNet), "--", "/bin/sh", "-c", templateSetupScript(o, o.rootfsDir), tag];
+    return { file: "/bin/sh", args: ["-c", outer, tag, ...inner], fstab: buildTemplateFstab(o.layout, o.rootfsDir) };
+  }
   const inner = [o.bin.unshare, ...unshareFlags(o.mode, o.isolateNet), "--", "/bin/sh", "-c", setupScript(o), tag, ...o.command];
   return { file: "/bin/sh", args: ["-c", outer, tag, ...inner], fstab: buildFstab(o.layout, o.keep) };
 }

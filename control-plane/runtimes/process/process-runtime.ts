@@ -3,6 +3,7 @@ import { closeSync, openSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import type { Logger } from "pino";
 import type { InstanceSpec, Runtime } from "../runtime.js";
+import { findTemplateImage, GUEST, imagesDir, type GuestImage } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
 import { probeHost, runtimePaths, type HostCapabilities } from "./capabilities.js";
 import { openCgroup } from "./cgroup-detect.js";
@@ -10,6 +11,7 @@ import type { SandboxCgroup } from "./cgroups.js";
 import { ProcessInstance, type PersistedProcessInstance } from "./instance.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
 import { cmdline, isRunning, procStat } from "./procfs.js";
+import { prepareTemplateDirs } from "./template-root.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
 
 /** PATH for envd and, through it, every process in a sandbox. */
@@ -30,6 +32,14 @@ export interface ProcessRuntimeOptions {
   envdLogLevel?: string;
   /** Skip probing and isolate this way (tests). */
   forceMode?: IsolationMode;
+  /**
+   * Run each sandbox on its template's built root filesystem (the image the
+   * VMs boot: its own init, Node and envd) instead of the host's, read-only
+   * under a per-sandbox overlay. Needs root. Default: LOCALE2B_PROCESS_ROOTFS=template.
+   */
+  templateRootfs?: boolean;
+  /** Where built templates are (default imagesDir()). */
+  imagesDir?: string;
 }
 
 /**
@@ -66,7 +76,9 @@ export class ProcessRuntime implements Runtime {
     const layout = sandboxLayout(spec.dir);
     const files = userFiles();
     const mode = caps.mode;
+    const image = this.templateImage(spec.templateId, mode);
     prepareSandboxFs(layout, files, mode === "root" ? files.user : undefined);
+    if (image) prepareTemplateDirs(layout);
     const cpuCount = spec.cpuCount > 0 ? spec.cpuCount : cpus().length;
     let cgroup: SandboxCgroup | undefined;
     try {
@@ -81,7 +93,7 @@ export class ProcessRuntime implements Runtime {
     const isolated = mode !== "none";
     // As root, or in a user namespace where `user` is mapped, envd's processes run as `user`; in a user
     // namespace without that mapping only its own (root there) can run them.
-    const user = isolated ? (mode === "root" || caps.userMapping ? SANDBOX_USER : "root") : undefined;
+    const user = image ? GUEST.user : isolated ? (mode === "root" || caps.userMapping ? SANDBOX_USER : "root") : undefined;
     const command = [process.execPath, cliEntry(), "envd", "--listen", `unix+vsock://${layout.socket}`];
     if (user) command.push("--user", user, "--workdir", SANDBOX_HOME);
     const launch = buildLaunch({
@@ -93,8 +105,9 @@ export class ProcessRuntime implements Runtime {
       readOnlyRoot: caps.readOnlyRoot,
       innerUser: mode === "userns" && caps.userMapping ? files.user : undefined,
       cgroupProcs: cgroup?.procsFiles ?? [],
-      keep: isolated ? pathsToKeep(layout, runtimePaths()) : [],
+      keep: isolated && !image ? pathsToKeep(layout, runtimePaths()) : [],
       command,
+      rootfsDir: image?.rootfsDir,
     });
     if (launch.fstab) writeFileSync(layout.fstab, launch.fstab);
     const logFd = openSync(layout.log, "a");
@@ -137,6 +150,18 @@ export class ProcessRuntime implements Runtime {
     });
   }
 
+  /** The built template to run on, when this runtime runs sandboxes on template roots. */
+  private templateImage(templateId: string, mode: IsolationMode): GuestImage | undefined {
+    const wanted = this.opts.templateRootfs ?? process.env.LOCALE2B_PROCESS_ROOTFS === "template";
+    if (!wanted) return undefined;
+    if (mode !== "root") {
+      throw new Error("sandboxes on a template's root filesystem need the control plane to run as root (overlay mounts, pivot_root)");
+    }
+    const image = findTemplateImage(templateId, this.opts.imagesDir ?? imagesDir());
+    if (!image) throw new Error(`template '${templateId}' is not built on this host: run \`locale2b template build ${templateId}\``);
+    return image;
+  }
+
   async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<ProcessInstance | undefined> {
     const p = persisted as Partial<PersistedProcessInstance>;
     const layout = sandboxLayout(dir);
@@ -148,7 +173,7 @@ export class ProcessRuntime implements Runtime {
     for (let i = 0; i < 20 && isRunning(pid, startTime); i++) {
       const args = cmdline(pid);
       if (args.length > 0) {
-        ours = args.includes(`unix+vsock://${layout.socket}`);
+        ours = args.includes(`unix+vsock://${layout.socket}`) || args.includes(`locale2b-sandbox:${sandboxId}`);
         break;
       }
       await new Promise((r) => setTimeout(r, 5));

@@ -146,7 +146,8 @@ function copySkeleton(home: string, owner: { uid: number; gid: number } | undefi
 
 /** Removes what prepareSandboxFs and envd made; keeps envd.log for post-mortems. */
 export function removeSandboxFs(layout: SandboxLayout): void {
-  for (const p of [layout.home, layout.tmp, layout.root, join(layout.dir, "etc"), layout.fstab, layout.socket]) {
+  const template = ["upper", "work", "mnt", "dev"].map((d) => join(layout.dir, d)); // template roots (template-root.ts)
+  for (const p of [layout.home, layout.tmp, layout.root, join(layout.dir, "etc"), layout.fstab, layout.socket, ...template]) {
     rmSync(p, { recursive: true, force: true });
   }
 }

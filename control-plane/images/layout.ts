@@ -1,0 +1,100 @@
+// Where guest images live, shared by the template builder, the kernel build
+// and the runtimes that boot them (process with a template rootfs, qemu,
+// firecracker). Nothing here builds anything.
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { resolveDataDir } from "../config.js";
+
+/**
+ * The image cache: `$LOCALE2B_IMAGES_DIR`, else `images/` in the default data
+ * dir (`/var/lib/locale2b/images` as root), whatever --data-dir a server uses:
+ * images are per host, not per server.
+ *   layers/<name>-<hash16>/                  debootstrap + packages + `run` (template-layer.ts)
+ *   envd/<hash16>/, init/<hash16>/           the envd bundle and the static guest init, by source hash
+ *   node-hash.json                           the Node binary's content hash, remembered
+ *   templates/<name>-<hash16>/rootfs/        the root filesystem as a directory (process runtime)
+ *   templates/<name>-<hash16>/rootfs.ext4    the same, packed (VM runtimes' read-only base disk)
+ *   templates/<name>-<hash16>/manifest.json  TemplateManifest
+ *   templates/<name>.current                 text file: the `<name>-<hash16>` last built
+ *   kernels/<hash16>/vmlinux                 uncompressed ELF kernel with a PVH entry (qemu and firecracker)
+ *   kernels/current                          text file: the `<hash16>` last built
+ * Entries are built under a temporary name and renamed into place, so a
+ * directory that exists is complete.
+ */
+export function imagesDir(env: NodeJS.ProcessEnv = process.env, dataDir?: string): string {
+  return env.LOCALE2B_IMAGES_DIR || join(dataDir ?? resolveDataDir(undefined, env), "images");
+}
+
+/** Paths inside every template's root filesystem. */
+export const GUEST = {
+  /** PID 1 in a VM; in the process runtime the namespace's first process. */
+  init: "/sbin/locale2b-init",
+  /** The Node runtime envd runs on. */
+  node: "/usr/local/bin/node",
+  /** The envd bundle's entry (`node envd.js --listen … --user … --workdir …`). */
+  envd: "/opt/locale2b/envd/envd.js",
+  /** envd's own Unix socket inside the guest; the init bridges vsock / hybrid-vsock to it. */
+  envdSocket: "/run/locale2b/envd.sock",
+  user: "user",
+  uid: 1000,
+  home: "/home/user",
+} as const;
+
+export interface TemplateManifest {
+  name: string;
+  hash: string;
+  builtAt: string;
+  /** The definition as parsed, for `template list` and debugging. */
+  definition: unknown;
+  rootfsBytes: number;
+  imageBytes: number;
+}
+
+export interface GuestImage {
+  name: string;
+  hash: string;
+  dir: string;
+  rootfsDir: string;
+  rootfsImage: string;
+  manifest: TemplateManifest;
+}
+
+/** The last built image of a template, or undefined when it was never built here. */
+export function findTemplateImage(name: string, dir = imagesDir()): GuestImage | undefined {
+  const templates = join(dir, "templates");
+  let id: string;
+  try {
+    id = readFileSync(join(templates, `${name}.current`), "utf8").trim();
+  } catch {
+    return undefined;
+  }
+  const root = join(templates, id);
+  try {
+    const manifest = JSON.parse(readFileSync(join(root, "manifest.json"), "utf8")) as TemplateManifest;
+    return { name, hash: manifest.hash, dir: root, rootfsDir: join(root, "rootfs"), rootfsImage: join(root, "rootfs.ext4"), manifest };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The guest kernel: `$LOCALE2B_KERNEL`, else the last one built into the cache, else undefined. */
+export function findKernel(env: NodeJS.ProcessEnv = process.env, dir = imagesDir(env)): string | undefined {
+  if (env.LOCALE2B_KERNEL) return existsSync(env.LOCALE2B_KERNEL) ? env.LOCALE2B_KERNEL : undefined;
+  const kernels = join(dir, "kernels");
+  try {
+    const id = readFileSync(join(kernels, "current"), "utf8").trim();
+    const path = join(kernels, id, "vmlinux");
+    if (existsSync(path)) return path;
+  } catch {
+    // no current marker: fall back to the newest built kernel
+  }
+  try {
+    const built = readdirSync(kernels)
+      .map((d) => join(kernels, d, "vmlinux"))
+      .filter((p) => existsSync(p))
+      .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+    return built[0];
+  } catch {
+    return undefined;
+  }
+}

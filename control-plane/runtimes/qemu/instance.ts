@@ -1,0 +1,195 @@
+import type { ChildProcess } from "node:child_process";
+import { readFileSync, rmSync, statSync } from "node:fs";
+import type { Logger } from "pino";
+import type { Instance, InstanceStats } from "../runtime.js";
+import { isRunning, procStat, waitFor } from "../process/procfs.js";
+import type { VmLayout } from "./command.js";
+import { Qmp } from "./qmp.js";
+
+const WATCH_INTERVAL_MS = 250;
+const MiB = 1024 * 1024;
+/** After holding the host's vsock traffic, let bytes already written reach the guest before stopping it. */
+const SETTLE_MS = 30;
+
+export interface VmProcess {
+  pid: number;
+  startTime: number;
+}
+
+/** What the store keeps so a restarted control plane can re-adopt the VM. */
+export type PersistedQemuInstance = {
+  v: 1;
+  qemu: VmProcess;
+  vhost: VmProcess;
+  cpuCount: number;
+  memoryMB: number;
+  accel: "kvm" | "tcg";
+  bootMs?: number;
+};
+
+export interface QemuInstanceInit {
+  sandboxId: string;
+  layout: VmLayout;
+  qemu: VmProcess;
+  vhost: VmProcess;
+  qmp: Qmp;
+  cpuCount: number;
+  memoryMB: number;
+  accel: "kvm" | "tcg";
+  log: Logger;
+  /** Set when we spawned them (not after a restart): their exit events are immediate. */
+  children?: { qemu: ChildProcess; vhost: ChildProcess };
+}
+
+function tailLines(path: string, max: number): string[] {
+  try {
+    const size = statSync(path).size;
+    const start = Math.max(0, size - 256 * 1024);
+    const buf = readFileSync(path).subarray(start);
+    return buf.toString("utf8").split(/\r?\n/).filter((l) => l.trim() !== "").slice(-max);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * One microVM: a QEMU process and its vhost-device-vsock daemon (both
+ * detached: they outlive a control-plane restart), driven over QMP. Pause is
+ * in memory (`stop`/`cont`); the control plane keeps the VM's vsock quiet
+ * meanwhile (quietVsockWhilePaused).
+ */
+export class QemuInstance implements Instance {
+  readonly sandboxId: string;
+  readonly socketPath: string;
+  readonly quietVsockWhilePaused = true;
+  readonly readyTimeoutMs: number;
+  private readonly exitListeners: ((reason: string) => void)[] = [];
+  private readonly watch: NodeJS.Timeout;
+  private exitReason: string | undefined;
+  private killed = false;
+  private cpuSample: { ns: number; at: bigint };
+  bootMs: number | undefined;
+
+  constructor(private readonly o: QemuInstanceInit) {
+    this.sandboxId = o.sandboxId;
+    this.socketPath = o.layout.vsock;
+    // Under emulation a guest boots in seconds, slower with several busy sandboxes on 2 cores.
+    this.readyTimeoutMs = o.accel === "tcg" ? 180_000 : 30_000;
+    o.children?.qemu.once("exit", (code, signal) => this.died(`QEMU exited (${signal ?? `status ${code}`})`));
+    o.children?.vhost.once("exit", (code, signal) => this.died(`vhost-device-vsock exited (${signal ?? `status ${code}`})`));
+    this.watch = setInterval(() => {
+      if (!isRunning(o.qemu.pid, o.qemu.startTime)) this.died("QEMU exited");
+      else if (!isRunning(o.vhost.pid, o.vhost.startTime)) this.died("vhost-device-vsock exited");
+    }, WATCH_INTERVAL_MS);
+    this.watch.unref();
+    this.cpuSample = { ns: this.cpuNs(), at: process.hrtime.bigint() };
+  }
+
+  get persisted(): PersistedQemuInstance {
+    const o = this.o;
+    return { v: 1, qemu: o.qemu, vhost: o.vhost, cpuCount: o.cpuCount, memoryMB: o.memoryMB, accel: o.accel, bootMs: this.bootMs };
+  }
+
+  async pause(): Promise<void> {
+    await new Promise((r) => setTimeout(r, SETTLE_MS));
+    await this.o.qmp.execute("stop");
+    const status = await this.o.qmp.status();
+    if (status !== "paused") throw new Error(`QEMU reports '${status}' after stop`);
+  }
+
+  async resume(): Promise<void> {
+    await this.o.qmp.execute("cont");
+    const status = await this.o.qmp.status();
+    if (status !== "running") throw new Error(`QEMU reports '${status}' after cont`);
+  }
+
+  async kill(): Promise<void> {
+    this.killed = true;
+    clearInterval(this.watch);
+    this.o.qmp.close();
+    for (const p of [this.o.qemu, this.o.vhost]) {
+      if (isRunning(p.pid, p.startTime)) {
+        try {
+          process.kill(p.pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+    }
+    await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
+    const l = this.o.layout;
+    for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
+  }
+
+  async alive(): Promise<boolean> {
+    return !this.exitReason && isRunning(this.o.qemu.pid, this.o.qemu.startTime) && isRunning(this.o.vhost.pid, this.o.vhost.startTime);
+  }
+
+  async stats(): Promise<InstanceStats> {
+    const now = process.hrtime.bigint();
+    const ns = this.cpuNs();
+    const elapsedNs = Number(now - this.cpuSample.at);
+    const usedNs = ns - this.cpuSample.ns;
+    this.cpuSample = { ns, at: now };
+    const cpuUsedPct = elapsedNs > 0 ? Math.min(100, (100 * usedNs) / elapsedNs / this.o.cpuCount) : 0;
+    let diskUsedBytes = 0;
+    try {
+      diskUsedBytes = statSync(this.o.layout.disk).blocks * 512;
+    } catch {
+      // disk gone (killed)
+    }
+    return {
+      cpuCount: this.o.cpuCount,
+      cpuUsedPct,
+      memUsedBytes: Math.min(this.hostMemoryBytes(), this.o.memoryMB * MiB),
+      memTotalBytes: this.o.memoryMB * MiB,
+      diskUsedBytes,
+      diskTotalBytes: 0,
+    };
+  }
+
+  /** QEMU's resident memory: the guest's touched RAM plus the VMM's own. */
+  hostMemoryBytes(): number {
+    return procStat(this.o.qemu.pid)?.rssBytes ?? 0;
+  }
+
+  onExit(listener: (reason: string) => void): void {
+    if (this.exitReason) listener(this.exitReason);
+    else this.exitListeners.push(listener);
+  }
+
+  async logs(): Promise<{ timestamp: number; line: string }[]> {
+    let mtime = Date.now();
+    try {
+      mtime = statSync(this.o.layout.console).mtimeMs;
+    } catch {
+      // no console yet
+    }
+    return tailLines(this.o.layout.console, 1000).map((line) => ({ timestamp: mtime, line }));
+  }
+
+  private cpuNs(): number {
+    return procStat(this.o.qemu.pid)?.cpuNs ?? 0;
+  }
+
+  private died(reason: string): void {
+    if (this.exitReason || this.killed) return;
+    this.exitReason = reason;
+    clearInterval(this.watch);
+    this.o.qmp.close();
+    // The other half is useless alone: a dead daemon leaves the guest unreachable, a dead QEMU leaves
+    // host connections open on the daemon. Killing it closes every host connection at once.
+    for (const p of [this.o.qemu, this.o.vhost]) {
+      if (isRunning(p.pid, p.startTime)) {
+        try {
+          process.kill(p.pid, "SIGKILL");
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+    const tail = tailLines(this.o.layout.console, 5).join(" | ");
+    this.o.log.warn({ reason, console: tail }, "microVM exited");
+    for (const l of this.exitListeners.splice(0)) l(reason);
+  }
+}

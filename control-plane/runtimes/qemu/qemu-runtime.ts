@@ -1,0 +1,220 @@
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { delimiter, join } from "node:path";
+import type { Logger } from "pino";
+import { accelFor } from "../../host/checks.js";
+import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
+import type { InstanceSpec, Runtime } from "../runtime.js";
+import { isRunning, procStat, waitFor } from "../process/procfs.js";
+import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
+import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
+import { Qmp } from "./qmp.js";
+
+export class RuntimeUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "RuntimeUnavailableError";
+  }
+}
+
+/** An executable by env override, else on PATH (plus the places scripts/setup-host installs to). */
+export function findBinary(name: string, override: string | undefined): string | undefined {
+  if (override) return isExecutable(override) ? override : undefined;
+  const home = process.env.HOME;
+  const dirs = [...(process.env.PATH ?? "").split(delimiter), "/usr/local/bin", ...(home ? [join(home, ".local", "bin")] : [])];
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const p = join(dir, name);
+    if (isExecutable(p)) return p;
+  }
+  return undefined;
+}
+
+function isExecutable(p: string): boolean {
+  try {
+    accessSync(p, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface QemuRuntimeOptions {
+  /** Where kernels and templates are (default: imagesDir()). */
+  imagesDir?: string;
+  /** Force an accelerator (default: kvm when the host can run guests under it, else tcg). */
+  accel?: "kvm" | "tcg";
+  envdLogLevel?: string;
+}
+
+interface Tools {
+  qemu: string;
+  qemuImg: string;
+  vhost: string;
+  kernel: string;
+  accel: "kvm" | "tcg";
+  accelReason: string;
+}
+
+/**
+ * Sandboxes as QEMU `-M microvm` guests: the template's rootfs.ext4 as a
+ * copy-on-write qcow2 overlay on virtio-blk, the guest kernel booted
+ * directly (PVH), vsock through one vhost-device-vsock per VM whose Unix
+ * socket speaks the hybrid-vsock handshake, QMP for pause/resume/status.
+ * KVM where the host has hardware virtualization, TCG elsewhere.
+ */
+export class QemuRuntime implements Runtime {
+  readonly name = "qemu";
+  private tools: Promise<Tools> | undefined;
+
+  constructor(private readonly opts: QemuRuntimeOptions = {}) {}
+
+  private images(): string {
+    return this.opts.imagesDir ?? imagesDir();
+  }
+
+  /** Finds QEMU, qemu-img, vhost-device-vsock and the kernel; fails with what to install. */
+  resolveTools(): Promise<Tools> {
+    this.tools ??= (async () => {
+      const missing: string[] = [];
+      const qemu = findBinary("qemu-system-x86_64", process.env.LOCALE2B_QEMU);
+      const qemuImg = findBinary("qemu-img", process.env.LOCALE2B_QEMU_IMG);
+      const vhost = findBinary("vhost-device-vsock", process.env.LOCALE2B_VHOST_VSOCK);
+      const kernel = findKernel({ ...process.env, LOCALE2B_IMAGES_DIR: this.images() });
+      if (!qemu) missing.push("qemu-system-x86_64 (package qemu-system-x86)");
+      if (!qemuImg) missing.push("qemu-img (package qemu-utils)");
+      if (!vhost) missing.push("vhost-device-vsock");
+      if (missing.length) {
+        throw new RuntimeUnavailableError(`the qemu runtime needs ${missing.join(", ")}: run scripts/setup-host (see docs/microvms.md)`);
+      }
+      if (!kernel) {
+        throw new RuntimeUnavailableError(
+          `no guest kernel in ${join(this.images(), "kernels")}: build it with scripts/build-kernel.sh (or set LOCALE2B_KERNEL)`,
+        );
+      }
+      const detected = this.opts.accel ? { accel: this.opts.accel, reason: "forced" } : await accelFor();
+      return { qemu: qemu!, qemuImg: qemuImg!, vhost: vhost!, kernel, accel: detected.accel, accelReason: detected.reason };
+    })();
+    this.tools.catch(() => (this.tools = undefined));
+    return this.tools;
+  }
+
+  async check(): Promise<string[]> {
+    const t = await this.resolveTools();
+    const notes = [`microVMs run under ${t.accel.toUpperCase()} (${t.accelReason}); kernel ${t.kernel}`];
+    if (t.accel === "tcg") notes.push("under emulation each VM gets 1 vCPU (LOCALE2B_QEMU_TCG_CPUS to change) and boots in seconds, not milliseconds");
+    if (!findTemplateImage("base", this.images())) notes.push("template 'base' is not built yet: run `locale2b template build base`");
+    return notes;
+  }
+
+  async create(spec: InstanceSpec): Promise<QemuInstance> {
+    const t = await this.resolveTools();
+    const image = findTemplateImage(spec.templateId, this.images());
+    if (!image) {
+      throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
+    }
+    const layout = vmLayout(spec.dir);
+    mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
+    for (const p of [layout.vhostUser, layout.vsock, layout.qmp]) rmSync(p, { force: true });
+    const img = spawnSync(t.qemuImg, ["create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfsImage, layout.disk], { encoding: "utf8" });
+    if (img.status !== 0) throw new Error(`cannot create the sandbox's disk overlay: ${(img.stderr || img.error?.message || "").trim()}`);
+    // Emulated SMP is slower than one vCPU on small hosts (vm-notes: -smp 1 won on every measure).
+    const tcgCpus = Number(process.env.LOCALE2B_QEMU_TCG_CPUS) || 1;
+    const cpuCount = Math.max(1, t.accel === "tcg" ? Math.min(spec.cpuCount, tcgCpus) : spec.cpuCount);
+    const memoryMB = Math.max(128, spec.memoryMB);
+    const started: ChildProcess[] = [];
+    try {
+      const vhostChild = this.spawnDetached(t.vhost, vhostVsockArgs(layout), layout, spec.log);
+      started.push(vhostChild);
+      const vhost = await this.started(vhostChild, "vhost-device-vsock");
+      if (!(await waitFor(() => existsSync(layout.vhostUser), 5_000, 2))) {
+        throw new Error(`vhost-device-vsock did not create ${layout.vhostUser} within 5 s (see ${layout.vmmLog})`);
+      }
+      const args = qemuArgs({
+        sandboxId: spec.sandboxId,
+        kernel: t.kernel,
+        layout,
+        cpuCount,
+        memoryMB,
+        accel: t.accel,
+        tscKHz: hostTscKHz(),
+        envdLogLevel: this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL,
+        network: spec.allowInternetAccess,
+      });
+      const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);
+      started.push(qemuChild);
+      const qemu = await this.started(qemuChild, "QEMU");
+      const qmp = await Qmp.connect(layout.qmp, 10_000).catch((err: Error) => {
+        throw new Error(`${err.message} (QEMU's output is in ${layout.vmmLog})`);
+      });
+      spec.log.debug({ qemu: qemu.pid, vhost: vhost.pid, accel: t.accel }, "microVM started");
+      return new QemuInstance({
+        sandboxId: spec.sandboxId,
+        layout,
+        qemu,
+        vhost,
+        qmp,
+        cpuCount,
+        memoryMB,
+        accel: t.accel,
+        log: spec.log,
+        children: { qemu: qemuChild, vhost: vhostChild },
+      });
+    } catch (err) {
+      for (const c of started) c.kill("SIGKILL");
+      throw err;
+    }
+  }
+
+  async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<QemuInstance | undefined> {
+    const p = persisted as Partial<PersistedQemuInstance>;
+    if (!p.qemu || !p.vhost) return undefined;
+    const layout = vmLayout(dir);
+    const alive = isRunning(p.qemu.pid, p.qemu.startTime) && isRunning(p.vhost.pid, p.vhost.startTime);
+    if (!alive) {
+      for (const proc of [p.qemu, p.vhost]) {
+        if (isRunning(proc.pid, proc.startTime)) process.kill(proc.pid, "SIGKILL");
+      }
+      return undefined;
+    }
+    const qmp = await Qmp.connect(layout.qmp, 5_000);
+    const inst = new QemuInstance({
+      sandboxId,
+      layout,
+      qemu: p.qemu,
+      vhost: p.vhost,
+      qmp,
+      cpuCount: Number(p.cpuCount) || 1,
+      memoryMB: Number(p.memoryMB) || 512,
+      accel: p.accel === "kvm" ? "kvm" : "tcg",
+      log,
+    });
+    inst.bootMs = p.bootMs;
+    return inst;
+  }
+
+  private spawnDetached(file: string, args: string[], layout: VmLayout, log: Logger): ChildProcess {
+    const fd = openSync(layout.vmmLog, "a");
+    try {
+      const child = spawn(file, args, { detached: true, stdio: ["ignore", fd, fd], cwd: layout.dir });
+      child.on("error", (err) => log.error({ err, file }, "cannot start a VMM process"));
+      child.unref();
+      return child;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private async started(child: ChildProcess, what: string): Promise<VmProcess> {
+    const pid = child.pid;
+    if (!pid) throw new Error(`${what} could not be started`);
+    let st = procStat(pid);
+    // The start time is what tells our process apart from a recycled pid after a restart.
+    for (let i = 0; i < 50 && !st; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+      st = procStat(pid);
+    }
+    if (!st) throw new Error(`${what} exited at once`);
+    return { pid, startTime: st.startTime };
+  }
+}

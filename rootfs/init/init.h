@@ -1,0 +1,125 @@
+/*
+ * locale2b-init: the guest init of locale2b sandboxes.
+ *
+ * VM mode (PID 1, no --hybrid-listen): mounts, hostname, clock, loopback,
+ * reaping and poweroff; supervises envd and bridges AF_VSOCK port 49983 to
+ * envd's Unix socket. Process mode (--hybrid-listen PATH): the same envd
+ * supervision and bridge, but the host side is a Unix socket that speaks
+ * Firecracker's hybrid-vsock handshake (`CONNECT 49983\n` -> `OK 49983\n`).
+ *
+ * Files: main.c (flags, event loop, shutdown), pid1.c (system set-up,
+ * reaping, poweroff), envd.c (envd's supervision), listener.c (vsock or
+ * hybrid-vsock listener), bridge.c (the relay).
+ */
+#ifndef LOCALE2B_INIT_H
+#define LOCALE2B_INIT_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ENVD_PORT 49983
+/* Per direction and connection; when full, that side is not read (back-pressure). */
+#define RELAY_BUF (256 * 1024)
+/* The hybrid-vsock handshake line, newline included. */
+#define HANDSHAKE_MAX 64
+#define HANDSHAKE_TIMEOUT_MS 10000
+/* How long a connection waits for envd's socket to accept (envd under TCG starts slowly). */
+#define UPSTREAM_WAIT_MS 30000
+/* Shutdown: SIGTERM, then SIGKILL after this long. */
+#define TERM_GRACE_MS 2000
+#define KILL_WAIT_MS 1000
+#define WANT_NOFILE 65536
+
+#define GUEST_NODE "/usr/local/bin/node"
+#define GUEST_ENVD "/opt/locale2b/envd/envd.js"
+#define GUEST_ENVD_SOCKET "/run/locale2b/envd.sock"
+#define GUEST_USER "user"
+#define GUEST_HOME "/home/user"
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+enum mode {
+	MODE_VM,     /* PID 1 of a VM: AF_VSOCK, full system set-up */
+	MODE_HYBRID, /* process runtime / tests: hybrid-vsock Unix socket */
+	MODE_VSOCK,  /* like MODE_HYBRID but listening on AF_VSOCK (exercises the VM listener) */
+};
+
+#define MAX_ARGS 64
+
+struct config {
+	enum mode mode;
+	bool pid1;
+	bool print_config;
+	bool no_mounts;
+	const char *hybrid_path;   /* MODE_HYBRID */
+	unsigned vsock_port;       /* MODE_VM, MODE_VSOCK */
+	const char *hostname;      /* flag, else l2b.hostname=, else /etc/hostname (VM) */
+	long long epoch;           /* l2b.epoch= (VM), 0 when absent */
+	const char *envd_log;      /* --envd-log or l2b.envd_log= */
+	const char *envd_socket;   /* --envd-socket, else GUEST_ENVD_SOCKET */
+	const char *envd_cmd;      /* --envd-cmd: replaces the default command */
+	const char *envd_args[MAX_ARGS];
+	int n_envd_args;
+	const char *env[MAX_ARGS]; /* --env KEY=VALUE */
+	int n_env;
+	const char *cmdline_file;  /* /proc/cmdline, or --cmdline-file (tests) */
+};
+
+extern struct config cfg;
+extern int epfd;
+extern bool shutting_down;
+
+/* What an epoll event's data.ptr points at: every registered object starts with one. */
+enum ep_kind { EP_SIGNAL, EP_LISTENER, EP_CONN };
+struct ep_tag {
+	enum ep_kind kind;
+};
+
+/* main.c */
+void ilog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int64_t now_ms(void);
+void request_shutdown(const char *why);
+
+/* pid1.c */
+void parse_kernel_cmdline(void);
+void vm_setup(void);
+void process_setup(void);
+void raise_nofile(void);
+void mkdir_parents(const char *path, mode_t mode);
+/* Reaps every exited child (passing envd's to envd_exited); false once no child is left. */
+bool reap_children(void);
+void signal_all(int sig);
+void __attribute__((noreturn)) finish(int code);
+
+/* envd.c */
+void envd_start(void);
+void envd_exited(pid_t pid, int status);
+int64_t envd_deadline(void);
+void envd_tick(int64_t now);
+void envd_stop(void);
+pid_t envd_pid(void);
+void envd_print_argv(void);
+
+/* listener.c */
+int bridge_listen(void);
+void listener_event(void);
+void listener_pause(bool full);
+bool handshake_line_ok(const char *line, size_t len);
+int64_t listener_deadline(void);
+void listener_tick(int64_t now);
+void listener_close(void);
+
+/* bridge.c */
+void bridge_accepted(int fd);
+bool bridge_has_room(void);
+void bridge_event(struct ep_tag *tag, uint32_t events);
+int64_t bridge_deadline(void);
+void bridge_tick(int64_t now);
+void bridge_close_all(void);
+
+#endif

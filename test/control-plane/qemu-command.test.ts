@@ -1,0 +1,46 @@
+// The QEMU command line the qemu runtime builds: what the guest, the
+// vhost-user vsock daemon and the control plane rely on. (The real boot is
+// test/vm/qemu-sdk.test.ts.)
+import { describe, expect, it } from "vitest";
+import { kernelCmdline, qemuArgs, vhostVsockArgs, vmLayout } from "../../control-plane/runtimes/qemu/command.js";
+
+const layout = vmLayout("/data/sandboxes/abc");
+const spec = { sandboxId: "abc", kernel: "/k/vmlinux", layout, cpuCount: 2, memoryMB: 512, accel: "tcg" as const, tscKHz: 2_100_000 };
+
+function option(args: string[], name: string): string[] {
+  return args.flatMap((a, i) => (a === name ? [args[i + 1]!] : []));
+}
+
+describe("qemu command", () => {
+  it("boots a microvm with shared memfd memory (vhost-user needs it), the overlay disk and vhost-user vsock", () => {
+    const args = qemuArgs(spec, 1_700_000_000_000);
+    expect(option(args, "-M")[0]).toMatch(/^microvm,.*memory-backend=mem/);
+    expect(option(args, "-object")).toContain("memory-backend-memfd,id=mem,size=512M,share=on");
+    expect(option(args, "-m")).toEqual(["512M"]);
+    expect(option(args, "-smp")).toEqual(["2"]);
+    expect(option(args, "-accel")).toEqual(["tcg"]);
+    expect(option(args, "-drive")[0]).toBe(`id=root,file=${layout.disk},format=qcow2,if=none,discard=unmap`);
+    expect(option(args, "-device")).toEqual(["virtio-blk-device,drive=root", "vhost-user-vsock-device,chardev=vhu"]);
+    expect(option(args, "-chardev")).toEqual([`socket,id=vhu,path=${layout.vhostUser}`]);
+    expect(option(args, "-qmp")).toEqual([`unix:${layout.qmp},server=on,wait=off`]);
+    expect(option(args, "-serial")).toEqual([`file:${layout.console}`]);
+    expect(args).not.toContain("-netdev");
+  });
+
+  it("starts the image's init with the sandbox's hostname and the host's clock; TCG gets a fixed TSC", () => {
+    const line = kernelCmdline(spec, 1_700_000_000_999);
+    expect(line.split(" ")).toEqual(expect.arrayContaining(["root=/dev/vda", "init=/sbin/locale2b-init", "l2b.hostname=abc", "l2b.epoch=1700000000", "tsc=reliable", "tsc_early_khz=2100000"]));
+    expect(kernelCmdline({ ...spec, accel: "kvm" })).not.toMatch(/tsc=/);
+  });
+
+  it("internet access: a user-mode NIC the kernel configures itself; none without it", () => {
+    const args = qemuArgs({ ...spec, network: true });
+    expect(option(args, "-netdev")).toEqual(["user,id=net0"]);
+    expect(option(args, "-device")).toContain("virtio-net-device,netdev=net0");
+    expect(kernelCmdline({ ...spec, network: true })).toMatch(/ ip=10\.0\.2\.15::10\.0\.2\.2:255\.255\.255\.0::eth0:off:10\.0\.2\.3/);
+  });
+
+  it("runs one vhost-device-vsock per VM whose socket speaks the hybrid-vsock handshake", () => {
+    expect(vhostVsockArgs(layout)).toEqual(["--vm", `guest-cid=3,socket=${layout.vhostUser},uds-path=${layout.vsock}`]);
+  });
+});

@@ -1,0 +1,284 @@
+// Template definitions, hashes, the envd bundle, and a full `template build
+// base` into the CI image cache (skipped, saying why, without root or
+// debootstrap).
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { checkInputs, ensureEnvdBundle } from "../../control-plane/images/envd-bundle.js";
+import { GUEST } from "../../control-plane/images/layout.js";
+import { buildTemplate, templateHash } from "../../control-plane/images/template-build.js";
+import { DefinitionError, layerHash, loadDefinition, parseDefinition } from "../../control-plane/images/template-definition.js";
+import { findTool } from "../../control-plane/images/template-exec.js";
+import { guestPath, writeGuestFile } from "../../control-plane/images/template-fs.js";
+import { acquireLock } from "../../control-plane/images/template-store.js";
+import { CLI, runCli } from "../helpers/cli.js";
+
+const F = "/defs/demo.yaml";
+const parse = (text: string, env: NodeJS.ProcessEnv = {}) => parseDefinition(text, F, env);
+const err = (text: string) => {
+  try {
+    parse(text);
+  } catch (e) {
+    expect(e).toBeInstanceOf(DefinitionError);
+    return (e as Error).message;
+  }
+  throw new Error("no error");
+};
+
+const scratch = mkdtempSync(join(tmpdir(), "locale2b-template-test-"));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+describe("template definitions", () => {
+  it("parses rootfs/templates/base.yaml with defaults", () => {
+    const def = loadDefinition("base", {});
+    expect(def).toMatchObject({ name: "base", release: "bookworm", variant: "minbase", mirror: "http://deb.debian.org/debian", user: "user" });
+    expect(def.packages).toEqual(expect.arrayContaining(["python3", "git", "curl", "ca-certificates", "libstdc++6"]));
+    expect(def.packages).not.toContain("sudo");
+    expect(def.diskSizeMB).toBeGreaterThanOrEqual(512);
+    const minimal = parse("packages: [git]\n");
+    expect(minimal).toMatchObject({ name: "demo", release: "bookworm", variant: "minbase", diskSizeMB: 1024, user: "user", run: [], files: [] });
+  });
+
+  it("names the file, the key and what was expected", () => {
+    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user`);
+    expect(err("packages: git\n")).toBe(`${F}: 'packages': expected a list of Debian package names, got the string "git"`);
+    expect(err("packages: [git, Foo_Bar]\n")).toMatch(/'packages\[1\]': expected a Debian package name .*got the string "Foo_Bar"/);
+    expect(err("run: [ls, 3]\n")).toMatch(/^\/defs\/demo\.yaml: 'run\[1\]': expected a shell command .*got number 3$/);
+    expect(err("diskSizeMB: 1.5G\n")).toMatch(/'diskSizeMB': expected a whole number of MiB from 64 to 1048576, got the string "1.5G"/);
+    expect(err("variant: tiny\n")).toMatch(/'variant': expected one of minbase, buildd, default, got the string "tiny"/);
+    expect(err("mirror: ftp.debian.org\n")).toMatch(/'mirror': expected an http:\/\/ or https:\/\/ URL/);
+    expect(err("user: root\n")).toMatch(/'user': expected a user other than root/);
+    expect(err("files:\n  - path: etc/x\n    content: hi\n")).toMatch(/'files\[0\]\.path': expected an absolute path inside the guest/);
+    expect(err("files:\n  - path: /etc/x\n")).toMatch(/'files\[0\]': expected exactly one of 'content' or 'from'/);
+    expect(err("files:\n  - path: /etc/x\n    content: hi\n    owner: 1000\n")).toMatch(/unknown key 'files\[0\]\.owner'/);
+    expect(err("files:\n  - path: /etc/x\n    content: hi\n    mode: 999\n")).toMatch(/'files\[0\]\.mode': expected an octal file mode/);
+    expect(err("- git\n")).toMatch(/expected a mapping of keys .*got a list/);
+    expect(err("packages: [git\n")).toMatch(/^\/defs\/demo\.yaml: YAML error: /);
+    expect(err("run: [a]\nrun: [b]\n")).toMatch(/YAML error: .*unique/i);
+    expect(() => parseDefinition("{}", "/defs/Bad Name.yaml", {})).toThrow(/template name 'Bad Name'/);
+  });
+
+  it("reads file modes as octal, quoted or not", () => {
+    const def = parse('files:\n  - {path: /a, content: x, mode: 755}\n  - {path: /b, content: x, mode: "0600"}\n  - {path: /c, content: x}\n');
+    expect(def.files.map((f) => f.mode)).toEqual([0o755, 0o600, 0o644]);
+  });
+
+  it("lets LOCALE2B_DEBIAN_MIRROR override where packages come from, not what the image says", () => {
+    const plain = parse("packages: [git]\n");
+    const local = parse("packages: [git]\n", { LOCALE2B_DEBIAN_MIRROR: "http://127.0.0.1:3142/debian" });
+    expect(local.buildMirror).toBe("http://127.0.0.1:3142/debian");
+    expect(local.mirror).toBe("http://deb.debian.org/debian");
+    expect(layerHash(local)).toBe(layerHash(plain));
+    expect(() => parse("{}", { LOCALE2B_DEBIAN_MIRROR: "nope" })).toThrow(/LOCALE2B_DEBIAN_MIRROR: expected/);
+  });
+});
+
+describe("template hashes", () => {
+  it("are stable, ignore package order and duplicates, and change with what goes into the layer", () => {
+    const a = layerHash(parse("packages: [git, curl]\nrun: [echo hi]\n"));
+    expect(layerHash(parse("packages: [git, curl]\nrun: [echo hi]\n"))).toBe(a);
+    expect(layerHash(parse("packages: [curl, git, git]\nrun: [echo hi]\n"))).toBe(a);
+    expect(layerHash(parse("# a comment\npackages:\n  - curl\n  - git\nrun:\n  - echo hi\ndiskSizeMB: 4096\n"))).toBe(a); // disk size: not the layer's
+    expect(layerHash(parse("packages: [git, curl, jq]\nrun: [echo hi]\n"))).not.toBe(a);
+    expect(layerHash(parse("packages: [git, curl]\nrun: [echo bye]\n"))).not.toBe(a);
+    expect(layerHash(parse("packages: [git, curl]\nrun: [echo hi]\nrelease: trixie\n"))).not.toBe(a);
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it("the template hash covers the layer, Node, the envd bundle, the init and the files", () => {
+    const parts = { layerHash: "a", nodeSha256: "n", envdBundle: "e", initSha256: "i", template: { files: [] } };
+    const h = templateHash(parts);
+    expect(templateHash({ ...parts })).toBe(h);
+    for (const k of ["layerHash", "nodeSha256", "envdBundle", "initSha256"] as const) expect(templateHash({ ...parts, [k]: "x" })).not.toBe(h);
+    expect(templateHash({ ...parts, template: { files: [{ path: "/x" }] } })).not.toBe(h);
+  });
+});
+
+describe("building blocks", () => {
+  it("writes files inside the tree, never through its symlinks", async () => {
+    const root = join(scratch, "tree");
+    mkdirSync(join(root, "usr", "sbin"), { recursive: true });
+    mkdirSync(join(root, "etc"), { recursive: true });
+    symlinkSync("usr/sbin", join(root, "sbin"));
+    const outside = join(scratch, "outside");
+    mkdirSync(outside);
+    symlinkSync(outside, join(root, "etc", "escape")); // absolute: means <root>/<outside> inside the guest
+    symlinkSync("/etc/shadow-host", join(root, "etc", "leaf"));
+    expect(await guestPath(root, "/sbin/locale2b-init")).toBe(join(root, "usr", "sbin", "locale2b-init"));
+    await writeGuestFile(root, "/etc/escape/x", { content: "in", mode: 0o600 });
+    expect(existsSync(join(outside, "x"))).toBe(false);
+    expect(readFileSync(join(root, outside, "x"), "utf8")).toBe("in");
+    await writeGuestFile(root, "/etc/leaf", { content: "replaced", mode: 0o644 }); // the link is replaced, not followed
+    expect(readFileSync(join(root, "etc", "leaf"), "utf8")).toBe("replaced");
+    expect(statSync(join(root, "etc", "leaf")).mode & 0o777).toBe(0o644);
+  });
+
+  it("serializes builds of one template with a lock", async () => {
+    const dir = join(scratch, "locks");
+    mkdirSync(dir);
+    const release = await acquireLock(dir, "demo");
+    let second = false;
+    const waiting = acquireLock(dir, "demo").then((r) => {
+      second = true;
+      return r;
+    });
+    await new Promise((r) => setTimeout(r, 700));
+    expect(second).toBe(false);
+    await release();
+    await (await waiting)();
+    expect(second).toBe(true);
+    writeFileSync(join(dir, "dead.lock"), "999999999\n"); // a builder that died
+    await (await acquireLock(dir, "dead"))();
+  });
+
+  it("keeps control-plane code and SQLite out of the envd bundle", () => {
+    expect(() => checkInputs(["envd/main.ts", "gen/ts/process/process_pb.ts", "control-plane/cli/envd-command.ts", "node_modules/pino/pino.js"])).not.toThrow();
+    expect(() => checkInputs(["envd/main.ts", "control-plane/store/sqlite-store.ts"])).toThrow(/pulls in: control-plane\/store\/sqlite-store\.ts/);
+    expect(() => checkInputs(["node_modules/node-sqlite3-wasm/dist/node-sqlite3-wasm.js"])).toThrow(/node-sqlite3-wasm/);
+  });
+});
+
+/** Starts `node <args>` as envd on 127.0.0.1:0; resolves with its URL and the ms until /health answered. */
+async function startEnvd(args: string[]): Promise<{ url: string; ms: number; stop: () => void }> {
+  const started = performance.now();
+  const child = spawn(process.execPath, [...args, "--listen", "tcp://127.0.0.1:0"], {
+    env: { ...process.env, LOCALE2B_LOG_LEVEL: "info", VITEST: "" },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`envd did not start in 20 s: ${stderr}`)), 20_000);
+    child.stderr.setEncoding("utf8").on("data", (d: string) => {
+      stderr += d;
+      const m = /"addresses":\["tcp:\/\/([^"]+)"/.exec(stderr);
+      if (m) {
+        clearTimeout(timer);
+        resolve(`http://${m[1]}`);
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`envd exited ${code}: ${stderr}`)));
+  });
+  const res = await fetch(`${url}/health`);
+  const ms = performance.now() - started;
+  expect(res.status).toBe(204);
+  return { url, ms, stop: () => child.kill("SIGTERM") };
+}
+
+describe("envd bundle", () => {
+  it("bundles envd into one ESM file that starts and answers /health", async () => {
+    const images = join(scratch, "images");
+    const b = await ensureEnvdBundle(images);
+    expect(b.cached).toBe(false);
+    expect(b.entry).toBe(join(images, "envd", b.hash16, "envd.js"));
+    expect(JSON.parse(readFileSync(join(b.dir, "package.json"), "utf8")).type).toBe("module");
+    for (const p of ["@lydell/node-pty", "@lydell/node-pty-linux-x64", "@napi-rs/xattr", "@napi-rs/xattr-linux-x64-gnu"]) {
+      if (process.arch === "x64" || !p.includes("x64")) expect(existsSync(join(b.dir, "node_modules", p, "package.json"))).toBe(true);
+    }
+    const text = readFileSync(b.entry, "utf8");
+    expect(text).not.toMatch(/node-sqlite3-wasm|SqliteStore/);
+    expect((await ensureEnvdBundle(images)).cached).toBe(true);
+
+    const bundled = await startEnvd([b.entry]);
+    bundled.stop();
+    const cli = await startEnvd([CLI, "envd"]);
+    cli.stop();
+    console.log(`envd start-up to /health: bundle ${bundled.ms.toFixed(0)} ms, dist CLI ${cli.ms.toFixed(0)} ms; envd.js ${Math.round(b.bytes / 1024)} KiB`);
+  });
+});
+
+describe("locale2b template", () => {
+  it("explains bad usage and unknown templates", async () => {
+    const none = await runCli(["template"]);
+    expect(none.code).toBe(2);
+    expect(none.stdout).toContain("Usage: locale2b template <command>");
+    const noName = await runCli(["template", "build"]);
+    expect(noName.code).toBe(2);
+    expect(noName.stderr).toContain("build takes one template");
+    const unknown = await runCli(["template", "build", "nosuch"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no template 'nosuch': .*rootfs\/templates\/nosuch\.yaml does not exist/);
+    const bad = join(scratch, "bad.yaml");
+    writeFileSync(bad, "packages: [git]\nsudo: true\n");
+    const invalid = await runCli(["template", "build", bad]);
+    expect(invalid.code).toBe(1);
+    expect(invalid.stderr).toContain(`${bad}: unknown key 'sudo'`);
+    const empty = await runCli(["template", "list", "--images-dir", join(scratch, "no-images")]);
+    expect(empty.code).toBe(0);
+    expect(empty.stdout).toContain("no templates built");
+  });
+});
+
+const CI_IMAGES = process.env.LOCALE2B_IMAGES_DIR || "/root/.cache/locale2b/images";
+const skipReason =
+  process.getuid?.() !== 0 ? "not root (debootstrap and chroot need it)" : !findTool("debootstrap") ? "debootstrap is missing (scripts/setup-host)" : !findTool("mkfs.ext4") ? "mkfs.ext4 is missing" : "";
+
+describe("template build base", () => {
+  it.skipIf(skipReason !== "")(`builds the base image into ${CI_IMAGES}, then finds it cached${skipReason ? ` [skipped: ${skipReason}]` : ""}`, { timeout: 10 * 60_000 }, async () => {
+    const lines: string[] = [];
+    const first = await buildTemplate("base", { imagesDir: CI_IMAGES, log: (l) => lines.push(l), progress: (e) => e.state !== "start" && lines.push(`[${e.index}/${e.total}] ${e.title} ${e.state} ${e.seconds} s`) });
+    console.log(`template build base (${first.cached ? "cached" : "built"}) in ${first.seconds.toFixed(1)} s\n${lines.join("\n")}`);
+    const root = first.rootfsDir;
+    for (const p of [GUEST.init, GUEST.node, GUEST.envd, "/usr/bin/python3", "/usr/bin/git", "/usr/bin/curl"]) expect(existsSync(join(root, p)), p).toBe(true);
+    const chroot = (cmd: string) => spawnSync(findTool("chroot")!, [root, "/bin/sh", "-c", cmd], { encoding: "utf8", env: { PATH: "/usr/local/bin:/usr/bin:/bin" } });
+    expect(chroot(`${GUEST.node} --version`).stdout.trim()).toBe(process.version);
+    expect(chroot("python3 -c 'print(6*7)' && git --version && curl --version").status).toBe(0);
+    const passwd = readFileSync(join(root, "etc/passwd"), "utf8");
+    expect(passwd).toMatch(/^user:x:1000:1000::\/home\/user:\/bin\/bash$/m);
+    expect(passwd).not.toMatch(/^sudo/m);
+    const home = statSync(join(root, GUEST.home));
+    expect([home.uid, home.gid]).toEqual([1000, 1000]);
+    expect(statSync(join(root, "run/locale2b")).isDirectory()).toBe(true);
+    expect(existsSync(join(root, "usr/share/man/man1"))).toBe(false);
+    expect(existsSync(join(root, "etc/resolv.conf"))).toBe(false);
+
+    expect(statSync(first.rootfsImage).size).toBe(first.manifest.imageBytes);
+    expect(spawnSync("e2fsck", ["-fn", first.rootfsImage], { encoding: "utf8" }).status).toBe(0);
+    const debugfs = spawnSync("debugfs", ["-R", "stat /usr/sbin/locale2b-init", first.rootfsImage], { encoding: "utf8" });
+    expect(debugfs.stdout).toMatch(/Mode:\s+0755/);
+    expect(readFileSync(join(CI_IMAGES, "templates", "base.current"), "utf8").trim()).toBe(first.id);
+
+    const t = performance.now();
+    const second = await buildTemplate("base", { imagesDir: CI_IMAGES });
+    const secondMs = performance.now() - t;
+    expect(second.cached).toBe(true);
+    expect(second.hash).toBe(first.hash);
+    expect(secondMs).toBeLessThan(3000);
+
+    const list = spawnSync(process.execPath, [CLI, "template", "list", "--json", "--images-dir", CI_IMAGES], { encoding: "utf8" });
+    expect(list.status).toBe(0);
+    expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ name: "base", hash: first.hash, current: true })]));
+  });
+
+  it.skipIf(process.getuid?.() !== 0 || !findTool("setpriv") || !findTool("gcc"))("refuses to build without root, saying why", { timeout: 60_000 }, (ctx) => {
+    const nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    if (spawnSync("setpriv", [...nobody, "test", "-r", CLI]).status !== 0) ctx.skip("the checkout is not readable by nobody here");
+    const images = mkdtempSync(join(tmpdir(), "locale2b-nobody-images-"));
+    try {
+      chmodSync(images, 0o777);
+      const r = spawnSync("setpriv", [...nobody, process.execPath, CLI, "template", "build", "base", "--images-dir", images], {
+        encoding: "utf8",
+        env: { PATH: process.env.PATH, HOME: "/tmp" },
+      });
+      expect(r.stderr).toContain("template build needs root (debootstrap, chroot); run as root or with sudo");
+      expect(r.status).toBe(1);
+    } finally {
+      rmSync(images, { recursive: true, force: true });
+    }
+  });
+
+  it.skipIf(skipReason !== "")("names the failed step, shows its output and leaves nothing behind", { timeout: 5 * 60_000 }, async () => {
+    const images = join(scratch, "fail-images");
+    const def = join(scratch, "broken.yaml");
+    writeFileSync(def, "release: no-such-release\npackages: [git]\n");
+    const err = await buildTemplate(def, { imagesDir: images }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(err?.message).toMatch(/^debootstrap no-such-release \(minbase \+ 1 packages\): first stage failed: .*debootstrap .* exited 1\n--- last output ---\n/s);
+    const leftovers = ["layers", "templates"].flatMap((d) => (existsSync(join(images, d)) ? readdirSync(join(images, d)).filter((n) => n.startsWith(".tmp-") || n.endsWith(".lock")) : []));
+    expect(leftovers).toEqual([]);
+    expect(readFileSync("/proc/self/mountinfo", "utf8")).not.toContain(images);
+  });
+});
