@@ -4,6 +4,7 @@ import { benchFiles } from "./files.js";
 import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
 import { benchStream } from "./stream.js";
+import { benchVm } from "./vm/index.js";
 
 /**
  * `npm run bench [-- exec|stream|files ...]`: runs the named benchmarks (all
@@ -16,6 +17,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   stream: benchStream,
   files: benchFiles,
   sandboxes: benchControlPlane,
+  vm: benchVm,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -34,6 +36,12 @@ sandboxes (the control plane, process runtime):
   LOCALE2B_BENCH_CAPACITY_SECONDS=300  time budget of the memory part
   LOCALE2B_BENCH_SANDBOX_PARTS   only these parts, e.g. "1,3" (1 create, 2 exec, 3 memory, 4 stream)
   LOCALE2B_BENCH_CP_NODE_ARGS    extra node flags for the server, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
+  LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
+  LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)
+  LOCALE2B_BENCH_VM_BYTES=64M    bytes per stream transfer (repeated LOCALE2B_BENCH_REPS times)
+  LOCALE2B_BENCH_VM_COLD=1       also time a cold template build (debootstrap, network; about a minute)
+  LOCALE2B_BENCH_VM_PARTS        only these parts, e.g. "1,5" (1 boot, 2 exec, 3 stream, 4 template, 5 memory)
 `;
 
 async function main(args: string[]): Promise<number> {
@@ -66,7 +74,7 @@ async function main(args: string[]): Promise<number> {
   if (results.length) {
     printTable(
       ["benchmark", "measure", "value", "goal", ""],
-      results.map((r) => [r.benchmark, r.metric, r.value, r.goal, verdict(r.ok)]),
+      results.map((r) => [r.benchmark, r.metric, r.value, r.goal, r.notApplicable ?? verdict(r.ok)]),
       2,
     );
   }

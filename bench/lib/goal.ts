@@ -7,4 +7,9 @@ export interface GoalResult {
   /** The goal, e.g. "<= 1.5x". */
   goal: string;
   ok: boolean;
+  /**
+   * Printed instead of met/MISSED when the goal does not apply to this run,
+   * e.g. "KVM goal, not applicable under TCG" (then `ok` is ignored).
+   */
+  notApplicable?: string;
 }

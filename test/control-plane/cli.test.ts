@@ -43,10 +43,22 @@ describe("help and usage", () => {
     }
   });
 
-  it("serve --runtime qemu says it is not available yet", async () => {
-    const run = await runCli(["serve", "--runtime", "qemu", "--data-dir", tempDir()]);
+  it("serve --runtime qemu without a guest kernel or tools refuses to start and says what to do", async () => {
+    const images = tempDir();
+    const run = await runCli(["serve", "--runtime", "qemu", "--data-dir", tempDir()], { LOCALE2B_IMAGES_DIR: images });
     expect(run.code).toBe(2);
-    expect(run.stderr).toContain("runtime 'qemu' is not available yet");
+    expect(run.stderr).toContain("cannot start the 'qemu' runtime");
+    // Either the tools are missing (setup-host) or, with them installed, the kernel (build-kernel.sh).
+    expect(run.stderr).toMatch(/scripts\/setup-host|scripts\/build-kernel\.sh/);
+  });
+
+  it("LOCALE2B_RUNTIME picks the runtime; an unknown one is a usage error", async () => {
+    const run = await runCli(["serve", "--data-dir", tempDir()], { LOCALE2B_RUNTIME: "qemu", LOCALE2B_IMAGES_DIR: tempDir() });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("cannot start the 'qemu' runtime");
+    const bad = await runCli(["serve", "--runtime", "docker", "--data-dir", tempDir()]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain("unknown runtime 'docker' (known: process, qemu, firecracker)");
   });
 
   it("npm start runs serve from dist/", () => {

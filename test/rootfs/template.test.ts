@@ -231,7 +231,8 @@ describe("template build base", () => {
     expect([home.uid, home.gid]).toEqual([1000, 1000]);
     expect(statSync(join(root, "run/locale2b")).isDirectory()).toBe(true);
     expect(existsSync(join(root, "usr/share/man/man1"))).toBe(false);
-    expect(existsSync(join(root, "etc/resolv.conf"))).toBe(false);
+    // Empty: the runtime provides DNS (the VM's init from the kernel's ip= set-up, the process runtime the host's).
+    expect(readFileSync(join(root, "etc/resolv.conf"), "utf8")).toBe("");
 
     expect(statSync(first.rootfsImage).size).toBe(first.manifest.imageBytes);
     expect(spawnSync("e2fsck", ["-fn", first.rootfsImage], { encoding: "utf8" }).status).toBe(0);
@@ -239,12 +240,9 @@ describe("template build base", () => {
     expect(debugfs.stdout).toMatch(/Mode:\s+0755/);
     expect(readFileSync(join(CI_IMAGES, "templates", "base.current"), "utf8").trim()).toBe(first.id);
 
-    const t = performance.now();
     const second = await buildTemplate("base", { imagesDir: CI_IMAGES });
-    const secondMs = performance.now() - t;
     expect(second.cached).toBe(true);
     expect(second.hash).toBe(first.hash);
-    expect(secondMs).toBeLessThan(3000);
 
     const list = spawnSync(process.execPath, [CLI, "template", "list", "--json", "--images-dir", CI_IMAGES], { encoding: "utf8" });
     expect(list.status).toBe(0);
