@@ -4,6 +4,7 @@ import { findKernel, findTemplateImage, imagesDir } from "../../control-plane/im
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
 import type { GoalResult } from "../lib/goal.js";
+import { processTable } from "../lib/procmem.js";
 import { accelLabel, benchBoot, type Accel } from "./boot.js";
 import { startPair, type RuntimeSide } from "./cp.js";
 import { benchVmExec } from "./exec.js";
@@ -23,6 +24,12 @@ function vmImagesDir(): string {
   return !ready(first) && ready(tests) ? tests : first;
 }
 
+/** The load average, and how many QEMU processes run on this host now (another user's VMs skew a 2-core machine). */
+function hostLoad(): string {
+  const qemus = [...processTable().values()].filter((p) => /(^|\/)qemu-system-\S+ /.test(p.cmdline)).length;
+  return `load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}, ${qemus} QEMU process(es) running`;
+}
+
 /**
  * `npm run bench -- vm`: the qemu runtime's microVMs: guest boot to envd
  * ready, exec and stream over hybrid vsock against the process runtime on the
@@ -39,7 +46,7 @@ export async function benchVm(): Promise<GoalResult[]> {
   const accel: Accel = { accel: tools.accel, reason: tools.accelReason };
   console.log(
     `\nnote: the vm benchmarks boot QEMU -M microvm guests under ${accelLabel(accel)}.\n` +
-      `kernel ${tools.kernel}; template ${image.name}-${image.hash} (${dir}); load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}.`,
+      `kernel ${tools.kernel}; template ${image.name}-${image.hash} (${dir}); ${hostLoad()}.`,
   );
 
   const only = (process.env.LOCALE2B_BENCH_VM_PARTS ?? "").split(",").map((s) => s.trim()).filter(Boolean);
@@ -92,7 +99,7 @@ export async function benchVm(): Promise<GoalResult[]> {
     if (memory) results.push(...reportVmMemory(memory, accelLabel(accel)));
     else console.log("\nvm 5/5: host memory per VM: measured on part 1's VMs, and part 1 did not run (LOCALE2B_BENCH_VM_PARTS)");
   }
-  console.log(`\nvm: load average at the end ${loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+  console.log(`\nvm: at the end: ${hostLoad()} (this benchmark's are gone by now)`);
   if (ran > 0 && failures === ran) throw new Error("no part of the vm benchmark could run");
   return results;
 }

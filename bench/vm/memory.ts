@@ -78,7 +78,7 @@ export function reportVmMemory(samples: VmMemorySample[], accelLabel: string): G
       row("guest's view: MemTotal (-m minus what the kernel reserved)", samples.map((s) => s.guest.total)),
       row("host memory per VM beyond guest RAM = QEMU own + vhost-device-vsock own", overhead),
       row("host memory per VM, all in = QEMU VmRSS + vhost-device-vsock own", samples.map((s) => s.qemu.rss + own(s.vhost))),
-      row("(for comparison) QEMU VmRSS + vhost VmRSS - guest's MemTotal - MemFree", samples.map((s) => s.qemu.rss + s.vhost.rss - (s.guest.total - s.guest.free))),
+      row("(for comparison) QEMU VmRSS + vhost VmRSS - (guest's MemTotal - MemFree)", samples.map((s) => s.qemu.rss + s.vhost.rss - (s.guest.total - s.guest.free))),
     ],
   );
   const m = median(overhead);

@@ -16,9 +16,11 @@ import { rejection, waitFor } from "../helpers/sdk.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
 
 const missing = qemuMissing();
-if (missing) {
-  describe("qemu runtime", () => it.skip(`skipped: ${missing}`, () => undefined));
-} else {
+const why = missing
+  ? ` [skipped: ${missing}; it runs where QEMU, qemu-img and vhost-device-vsock are installed (scripts/setup-host) and the kernel and base template are built (npm test builds them when run as root)]`
+  : "";
+
+describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => {
   const VM_TIMEOUT = 300_000;
   defineEnvdSuite({
     start: () => startTestControlPlane({ runtime: new QemuRuntime({ imagesDir: testImagesDir() }) }),
@@ -107,4 +109,4 @@ if (missing) {
       expect(rec.endReason).toMatch(/QEMU|vhost/);
     });
   });
-}
+});

@@ -106,16 +106,7 @@ export class QemuInstance implements Instance {
   async kill(): Promise<void> {
     this.killed = true;
     clearInterval(this.watch);
-    this.o.qmp.close();
-    for (const p of [this.o.qemu, this.o.vhost]) {
-      if (isRunning(p.pid, p.startTime)) {
-        try {
-          process.kill(p.pid, "SIGKILL");
-        } catch {
-          // already gone
-        }
-      }
-    }
+    this.killProcesses();
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
@@ -168,6 +159,19 @@ export class QemuInstance implements Instance {
     return tailLines(this.o.layout.console, 1000).map((line) => ({ timestamp: mtime, line }));
   }
 
+  /** SIGKILLs QEMU and vhost-device-vsock (those still running and still ours). */
+  private killProcesses(): void {
+    this.o.qmp.close();
+    for (const p of [this.o.qemu, this.o.vhost]) {
+      if (!isRunning(p.pid, p.startTime)) continue;
+      try {
+        process.kill(p.pid, "SIGKILL");
+      } catch {
+        // gone meanwhile
+      }
+    }
+  }
+
   private cpuNs(): number {
     return procStat(this.o.qemu.pid)?.cpuNs ?? 0;
   }
@@ -176,18 +180,9 @@ export class QemuInstance implements Instance {
     if (this.exitReason || this.killed) return;
     this.exitReason = reason;
     clearInterval(this.watch);
-    this.o.qmp.close();
     // The other half is useless alone: a dead daemon leaves the guest unreachable, a dead QEMU leaves
     // host connections open on the daemon. Killing it closes every host connection at once.
-    for (const p of [this.o.qemu, this.o.vhost]) {
-      if (isRunning(p.pid, p.startTime)) {
-        try {
-          process.kill(p.pid, "SIGKILL");
-        } catch {
-          // gone meanwhile
-        }
-      }
-    }
+    this.killProcesses();
     const tail = tailLines(this.o.layout.console, 5).join(" | ");
     this.o.log.warn({ reason, console: tail }, "microVM exited");
     for (const l of this.exitListeners.splice(0)) l(reason);
