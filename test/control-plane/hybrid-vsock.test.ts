@@ -77,3 +77,74 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
     pool.destroy();
   });
 });
+
+describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
+  /** A hybrid-vsock server that records what reaches it, per connection. */
+  async function recorder(): Promise<{ path: string; seen: string[]; dials: () => number; close: () => void }> {
+    const { mkdtempSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const path = join(mkdtempSync(join(tmpdir(), "l2b-gate-")), "vsock.sock");
+    const seen: string[] = [];
+    let dials = 0;
+    const server = net.createServer((s) => {
+      dials++;
+      let handshaken = false;
+      s.on("data", (d: Buffer) => {
+        let text = d.toString();
+        if (!handshaken) {
+          handshaken = true;
+          s.write("OK 49983\n");
+          text = text.slice(text.indexOf("\n") + 1);
+        }
+        if (text) seen.push(text);
+      });
+      s.on("end", () => seen.push("<end>"));
+      s.on("error", () => undefined);
+    });
+    await new Promise<void>((r) => server.listen(path, r));
+    return { path, seen, dials: () => dials, close: () => server.close() };
+  }
+  const tick = (ms = 100) => new Promise((r) => setTimeout(r, ms));
+
+  it("holds writes, ends and new dials while held, and lets them through in order once released", async () => {
+    const srv = await recorder();
+    const pool = new AgentPool();
+    const gate = pool.gate("sbx");
+    const s = await dialHybridVsock(srv.path, 49983, 5_000, gate);
+    s.write("one;");
+    await tick();
+    expect(srv.seen.join("")).toBe("one;");
+
+    pool.hold("sbx");
+    s.write("two;");
+    s.end();
+    const dialing = dialHybridVsock(srv.path, 49983, 5_000, gate);
+    await tick(300);
+    expect(srv.seen.join("")).toBe("one;"); // nothing written, not ended
+    expect(srv.dials()).toBe(1); // no new connection either
+
+    pool.release("sbx");
+    const second = await dialing;
+    await tick();
+    expect(srv.seen.join("")).toBe("one;two;<end>");
+    expect(srv.dials()).toBe(2);
+    second.destroy();
+    pool.destroy();
+    srv.close();
+  });
+
+  it("defers destroy while held; forget() (the sandbox is gone) lets everything go", async () => {
+    const srv = await recorder();
+    const pool = new AgentPool();
+    const s = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
+    pool.hold("sbx");
+    s.destroy();
+    await tick(200);
+    expect(s.destroyed).toBe(false);
+    pool.forget("sbx");
+    await tick();
+    expect(s.destroyed).toBe(true);
+    pool.destroy();
+    srv.close();
+  });
+});
