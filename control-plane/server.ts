@@ -18,6 +18,9 @@ import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
 import { ProcessRuntime } from "./runtimes/process/process-runtime.js";
 import type { Runtime } from "./runtimes/runtime.js";
+import { RuntimeSet } from "./runtimes/runtime-set.js";
+import { TemplateCatalog } from "./images/catalog.js";
+import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
 import { EnvdClient } from "./transport/envd-client.js";
 import { AgentPool } from "./transport/hybrid-vsock.js";
@@ -27,6 +30,15 @@ export interface ControlPlaneOptions {
   port: number;
   dataDir: string;
   runtime?: Runtime;
+  /**
+   * Makes another runtime by name, for templates whose definition asks for one
+   * (`runtime: qemu`); without it every sandbox runs on `runtime`.
+   */
+  createRuntime?: (name: string) => Promise<Runtime>;
+  /** Overrides which runtime a template asks for (tests); default: its built definition's `runtime:`. */
+  templateRuntime?: (templateId: string) => string | undefined;
+  /** The image cache templates are looked up in (default imagesDir()). */
+  imagesDir?: string;
   limits?: Partial<ManagerLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
@@ -77,16 +89,22 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
 
   const runtime = opts.runtime ?? new ProcessRuntime();
   const notes = await runtime.check();
+  const catalog = new TemplateCatalog(opts.imagesDir ?? imagesDir());
+  const runtimes = new RuntimeSet(runtime, {
+    create: opts.createRuntime,
+    templateRuntime: opts.templateRuntime ?? ((id) => catalog.runtimeOf(id)),
+  });
   const pool = new AgentPool();
   const manager = new SandboxManager({
     store,
     runtime,
+    runtimes,
     pool,
     envd: new EnvdClient(pool),
     dataDir: opts.dataDir,
     seed: tokenSeed(store),
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
-    templates: new Set(["base"]),
+    templates: catalog,
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
     log,

@@ -159,8 +159,22 @@ export async function runServeCommand(args: string[]): Promise<number> {
 
   let cp: RunningControlPlane;
   try {
-    const runtime = await createRuntime(opts.runtime, { imagesDir: imagesDir() });
-    cp = await startControlPlane({ host: opts.host, port: opts.port, dataDir: opts.dataDir, limits, domain: opts.domain, apiKey: opts.apiKey, runtime });
+    const images = imagesDir();
+    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
+    // A template may name its own runtime (`runtime:` in its definition): started on first use.
+    const other = (name: string) =>
+      isRuntimeName(name) ? createRuntime(name, { imagesDir: images }) : Promise.reject(new Error(`unknown runtime '${name}'`));
+    cp = await startControlPlane({
+      host: opts.host,
+      port: opts.port,
+      dataDir: opts.dataDir,
+      limits,
+      domain: opts.domain,
+      apiKey: opts.apiKey,
+      runtime,
+      createRuntime: other,
+      imagesDir: images,
+    });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if (e instanceof Error && e.name === "RuntimeUnavailableError") {

@@ -42,7 +42,12 @@ export interface TemplateDefinition {
   diskSizeMB: number;
   /** The sandbox user (uid/gid GUEST.uid, home /home/<user>, shell /bin/bash). */
   user: string;
+  /** The runtime sandboxes of this template run on by default (else the server's --runtime). */
+  runtime?: (typeof TEMPLATE_RUNTIMES)[number];
 }
+
+/** Runtimes a template may ask for (control-plane/runtimes/select.ts). */
+export const TEMPLATE_RUNTIMES = ["process", "qemu", "firecracker"] as const;
 
 export class DefinitionError extends Error {
   constructor(message: string) {
@@ -51,7 +56,7 @@ export class DefinitionError extends Error {
   }
 }
 
-const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user"] as const;
+const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user", "runtime"] as const;
 const FILE_KEYS = ["path", "content", "from", "mode"] as const;
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 const PACKAGE_RE = /^[a-z0-9][a-z0-9+.-]+$/;
@@ -166,6 +171,8 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
   }
   const user = obj.user === undefined ? GUEST.user : str("user", obj.user, USER_RE, "a user name (lowercase letters, digits, '_', '-')");
   if (user === "root") fail("user", "a user other than root (the sandbox user is unprivileged)", user);
+  const runtime = obj.runtime === undefined ? undefined : str("runtime", obj.runtime);
+  if (runtime !== undefined && !(TEMPLATE_RUNTIMES as readonly string[]).includes(runtime)) fail("runtime", `one of ${TEMPLATE_RUNTIMES.join(", ")}`, runtime);
 
   return {
     name,
@@ -180,6 +187,7 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
     files,
     diskSizeMB,
     user,
+    ...(runtime !== undefined ? { runtime: runtime as TemplateDefinition["runtime"] } : {}),
   };
 }
 
@@ -245,6 +253,7 @@ export function layerHash(def: TemplateDefinition): string {
 /** The template's own parts (files, disk size), for the template hash; `from` files by content. */
 export function templateInputs(def: TemplateDefinition): Record<string, unknown> {
   return {
+    ...(def.runtime ? { runtime: def.runtime } : {}),
     diskSizeMB: def.diskSizeMB,
     files: def.files.map((f) => ({
       path: f.path,

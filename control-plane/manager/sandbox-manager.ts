@@ -3,6 +3,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { ENVD_VERSION } from "../../envd/version.js";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
+import { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
@@ -28,14 +29,18 @@ export interface ManagerLimits {
 
 export interface ManagerOptions {
   store: Store;
+  /** The server's default runtime. */
   runtime: Runtime;
+  /** All runtimes, when templates may pick theirs (default: only `runtime`). */
+  runtimes?: RuntimeSet;
   pool: AgentPool;
   envd: EnvdClient;
   dataDir: string;
   /** Secret the per-sandbox envd and traffic tokens are derived from. */
   seed: Buffer;
   limits: ManagerLimits;
-  templates: ReadonlySet<string>;
+  /** The templates sandboxes can be created from. */
+  templates: { has(id: string): boolean; names(): string[] };
   defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
   readyTimeoutMs: number;
   log: Logger;
@@ -52,10 +57,15 @@ const DEAD_RETENTION_MS = 24 * 3600_000;
 export class SandboxManager {
   readonly events = new LifecycleBus();
   private readonly instances = new Map<string, Instance>();
+  /** The runtime each live instance runs on. */
+  private readonly instanceRuntime = new Map<string, string>();
   private readonly locks = new KeyedLock();
+  private readonly runtimes: RuntimeSet;
   private reaper: NodeJS.Timeout | undefined;
 
-  constructor(private readonly o: ManagerOptions) {}
+  constructor(private readonly o: ManagerOptions) {
+    this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
+  }
 
   get runtimeName(): string {
     return this.o.runtime.name;
@@ -81,7 +91,11 @@ export class SandboxManager {
 
   private async adopt(rec: SandboxRecord): Promise<void> {
     const log = this.o.log.child({ sandboxId: rec.id });
-    const inst = await this.o.runtime.adopt(rec.id, this.dir(rec.id), rec.runtimeData, log).catch((err: unknown) => {
+    const runtime = await this.runtimes.byName(rec.runtime || this.o.runtime.name).catch((err: unknown) => {
+      log.warn({ err, runtime: rec.runtime }, "the sandbox's runtime cannot start here");
+      return undefined;
+    });
+    const inst = await runtime?.adopt(rec.id, this.dir(rec.id), rec.runtimeData, log).catch((err: unknown) => {
       log.warn({ err }, "re-adopting sandbox failed");
       return undefined;
     });
@@ -89,7 +103,7 @@ export class SandboxManager {
       this.markDead(rec, "died while the control plane was down");
       return;
     }
-    this.track(rec.id, inst);
+    this.track(rec.id, inst, runtime!.name);
     if (rec.state === "creating") {
       await inst.kill();
       this.markDead(rec, "creation interrupted by a control-plane restart");
@@ -107,7 +121,7 @@ export class SandboxManager {
   hostMemory(): { sandboxId: string; runtime: string; bytes: number }[] {
     const out: { sandboxId: string; runtime: string; bytes: number }[] = [];
     for (const [id, inst] of this.instances) {
-      if (inst.hostMemoryBytes) out.push({ sandboxId: id, runtime: this.o.runtime.name, bytes: inst.hostMemoryBytes() });
+      if (inst.hostMemoryBytes) out.push({ sandboxId: id, runtime: this.instanceRuntime.get(id) ?? this.o.runtime.name, bytes: inst.hostMemoryBytes() });
     }
     return out;
   }
@@ -125,13 +139,15 @@ export class SandboxManager {
     this.events.emit({ type, sandbox, time: Date.now() });
   }
 
-  private track(id: string, inst: Instance): void {
+  private track(id: string, inst: Instance, runtime: string): void {
     this.instances.set(id, inst);
+    this.instanceRuntime.set(id, runtime);
     inst.onExit((reason) => {
       void this.locks.run(id, async () => {
         const rec = this.o.store.getSandbox(id);
         if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
         this.instances.delete(id);
+        this.instanceRuntime.delete(id);
         this.o.pool.forget(id);
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
@@ -177,9 +193,12 @@ export class SandboxManager {
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     const templateId = input.templateId;
     if (!this.o.templates.has(templateId)) {
-      throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${[...this.o.templates].join(", ")})`);
+      throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with 'locale2b template build <name>')`);
     }
     const timeout = this.validateTimeout(input.timeout);
+    const runtime = await this.runtimes.forTemplate(templateId).catch((err: Error) => {
+      throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
+    });
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
     const id = newSandboxId();
@@ -205,7 +224,7 @@ export class SandboxManager {
         trafficAccessToken: deriveToken(this.o.seed, "sandbox-traffic", id),
         allowInternetAccess: input.allowInternetAccess ?? true,
         network: input.network,
-        runtime: this.o.runtime.name,
+        runtime: runtime.name,
         runtimeData: {},
       });
       const log = this.o.log.child({ sandboxId: id });
@@ -213,7 +232,7 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        inst = await this.o.runtime.create({
+        inst = await runtime.create({
           sandboxId: id,
           templateId,
           cpuCount,
@@ -237,7 +256,7 @@ export class SandboxManager {
         rmSync(dir, { recursive: true, force: true });
         throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}`);
       }
-      this.track(id, inst);
+      this.track(id, inst, runtime.name);
       rec = this.save({ ...rec, state: "running", startedAt: Date.now(), endAt: Date.now() + timeout * 1000 });
       log.info({ templateId, runtime: rec.runtime, ms: Date.now() - now }, "sandbox created");
       this.emit("created", rec);
@@ -357,6 +376,7 @@ export class SandboxManager {
   private async killLocked(rec: SandboxRecord, reason: string): Promise<void> {
     const inst = this.instances.get(rec.id);
     this.instances.delete(rec.id);
+    this.instanceRuntime.delete(rec.id);
     this.o.pool.drop(rec.id);
     await inst?.kill();
     this.o.pool.forget(rec.id);

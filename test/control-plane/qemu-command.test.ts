@@ -25,6 +25,7 @@ describe("qemu command", () => {
     expect(option(args, "-qmp")).toEqual([`unix:${layout.qmp},server=on,wait=off`]);
     expect(option(args, "-serial")).toEqual([`file:${layout.console}`]);
     expect(args).not.toContain("-netdev");
+    expect(args).toContain("-no-reboot");
   });
 
   it("starts the image's init with the sandbox's hostname and the host's clock; TCG gets a fixed TSC", () => {

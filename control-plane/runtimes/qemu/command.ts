@@ -96,6 +96,8 @@ export function qemuArgs(spec: VmSpec, now = Date.now()): string[] {
     "-m", mem,
     "-object", `memory-backend-memfd,id=mem,size=${mem},share=on`,
     "-nodefaults", "-no-user-config", "-nographic",
+    // A guest reboot (panic=-1, `reboot`) ends QEMU: the sandbox is reported dead, not boot-looping.
+    "-no-reboot",
     "-kernel", spec.kernel,
     "-append", kernelCmdline(spec, now),
     "-drive", `id=root,file=${l.disk},format=qcow2,if=none,discard=unmap`,

@@ -1,0 +1,35 @@
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { findTemplateImage, imagesDir } from "./layout.js";
+
+/**
+ * The templates sandboxes can be created from: `base` always (the process
+ * runtime runs it on the host's filesystem when it is not built), plus every
+ * template built on this host, looked up when asked (a template built while
+ * the server runs is usable at once).
+ */
+export class TemplateCatalog {
+  constructor(private readonly dir = imagesDir()) {}
+
+  has(id: string): boolean {
+    return id === "base" || findTemplateImage(id, this.dir) !== undefined;
+  }
+
+  names(): string[] {
+    let built: string[] = [];
+    try {
+      built = readdirSync(join(this.dir, "templates"))
+        .filter((f) => f.endsWith(".current"))
+        .map((f) => f.slice(0, -".current".length));
+    } catch {
+      // nothing built yet
+    }
+    return [...new Set(["base", ...built])].filter((n) => this.has(n)).sort();
+  }
+
+  /** The runtime a built template's definition asks for (`runtime:`), if any. */
+  runtimeOf(id: string): string | undefined {
+    const def = findTemplateImage(id, this.dir)?.manifest.definition as { runtime?: unknown } | undefined;
+    return typeof def?.runtime === "string" ? def.runtime : undefined;
+  }
+}
