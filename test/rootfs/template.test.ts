@@ -42,7 +42,7 @@ describe("template definitions", () => {
   });
 
   it("names the file, the key and what was expected", () => {
-    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user`);
+    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user, runtime`);
     expect(err("packages: git\n")).toBe(`${F}: 'packages': expected a list of Debian package names, got the string "git"`);
     expect(err("packages: [git, Foo_Bar]\n")).toMatch(/'packages\[1\]': expected a Debian package name .*got the string "Foo_Bar"/);
     expect(err("run: [ls, 3]\n")).toMatch(/^\/defs\/demo\.yaml: 'run\[1\]': expected a shell command .*got number 3$/);
@@ -50,6 +50,7 @@ describe("template definitions", () => {
     expect(err("variant: tiny\n")).toMatch(/'variant': expected one of minbase, buildd, default, got the string "tiny"/);
     expect(err("mirror: ftp.debian.org\n")).toMatch(/'mirror': expected an http:\/\/ or https:\/\/ URL/);
     expect(err("user: root\n")).toMatch(/'user': expected a user other than root/);
+    expect(err("runtime: docker\n")).toMatch(/'runtime': expected one of process, qemu, firecracker, got the string "docker"/);
     expect(err("files:\n  - path: etc/x\n    content: hi\n")).toMatch(/'files\[0\]\.path': expected an absolute path inside the guest/);
     expect(err("files:\n  - path: /etc/x\n")).toMatch(/'files\[0\]': expected exactly one of 'content' or 'from'/);
     expect(err("files:\n  - path: /etc/x\n    content: hi\n    owner: 1000\n")).toMatch(/unknown key 'files\[0\]\.owner'/);
