@@ -48,7 +48,8 @@ export interface ControlPlaneChild {
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 
-function request(
+/** A small JSON request over the benchmarks' keep-alive agent; the body is read whole (small answers only). */
+export function request(
   url: string,
   method: string,
   headers: Record<string, string>,

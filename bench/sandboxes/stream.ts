@@ -1,9 +1,7 @@
-import type { Client } from "@connectrpc/connect";
-import { spawn } from "node:child_process";
-import type { Process } from "../../gen/ts/process/process_pb.js";
 import type { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { startControlPlaneChild } from "../lib/control-plane.js";
 import { processCpuSeconds } from "../lib/cpu.js";
+import { rawPipe, streamHead } from "../lib/head.js";
 import type { GoalResult } from "../lib/goal.js";
 import { envInt, fmtBytes, fmtMiB, fmtRate, fmtRatio, heading, printTable, verdict } from "../lib/report.js";
 import { RssSampler, type RssPeak } from "../lib/rss.js";
@@ -13,28 +11,6 @@ import { max, median, mibPerSec, min, msSince } from "../lib/stats.js";
 // 4. proxied stream throughput
 
 const GOAL_STREAM_RSS_BYTES = 64 * 1024 * 1024;
-
-async function streamHead(client: Client<typeof Process>, bytes: number): Promise<number> {
-  let got = 0;
-  let exitCode: number | undefined;
-  for await (const res of client.start({ process: { cmd: "head", args: ["-c", String(bytes), "/dev/zero"] }, stdin: false })) {
-    const e = res.event?.event;
-    if (e?.case === "data" && e.value.output.case === "stdout") got += e.value.output.value.length;
-    else if (e?.case === "end") exitCode = e.value.exitCode;
-  }
-  if (exitCode !== 0) throw new Error(`Start head: no end event with exit code 0 (got ${exitCode})`);
-  return got;
-}
-
-function rawPipe(bytes: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("head", ["-c", String(bytes), "/dev/zero"], { stdio: ["ignore", "pipe", "ignore"] });
-    let got = 0;
-    child.stdout!.on("data", (c: Buffer) => (got += c.length));
-    child.once("error", reject);
-    child.once("close", (code) => (code === 0 ? resolve(got) : reject(new Error(`head exited ${code}`))));
-  });
-}
 
 interface StreamVariant {
   name: string;

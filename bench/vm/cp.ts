@@ -1,6 +1,5 @@
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
@@ -8,7 +7,7 @@ import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/in
 import type { Runtime } from "../../control-plane/runtimes/runtime.js";
 import { startControlPlane, type RunningControlPlane } from "../../control-plane/server.js";
 import { onCleanup } from "../lib/cleanup.js";
-import { ENVD_PORT, killSandboxesSync, type SandboxHandle } from "../lib/control-plane.js";
+import { ENVD_PORT, killSandboxesSync, request, type SandboxHandle } from "../lib/control-plane.js";
 import { processTable, sandboxPids } from "../lib/procmem.js";
 
 /**
@@ -31,27 +30,6 @@ export interface InProcessControlPlane {
   deleteSandbox(id: string): Promise<void>;
   /** Deletes every sandbox, closes the server, kills anything left, removes the data dir. */
   stop(): Promise<void>;
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
-
-function request(url: string, method: string, headers: Record<string, string>, body?: unknown): Promise<{ status: number; body: string }> {
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, {
-      method,
-      agent,
-      headers: { ...headers, ...(payload ? { "content-type": "application/json", "content-length": String(payload.length) } : {}) },
-    });
-    req.once("error", reject);
-    req.once("response", (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.once("error", reject);
-      res.once("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
-    });
-    req.end(payload);
-  });
 }
 
 /**

@@ -1,8 +1,6 @@
-import type { Client } from "@connectrpc/connect";
-import { spawn } from "node:child_process";
-import type { Process } from "../../gen/ts/process/process_pb.js";
 import type { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { selfCpuSeconds } from "../lib/cpu.js";
+import { rawPipe, streamHead } from "../lib/head.js";
 import type { GoalResult } from "../lib/goal.js";
 import { envInt, fmtBytes, fmtRate, fmtRatio, heading, printTable } from "../lib/report.js";
 import { directClient } from "../lib/sandboxes.js";
@@ -10,29 +8,6 @@ import { max, median, mibPerSec, min, msSince } from "../lib/stats.js";
 import { cpuSecondsWithChildren, MiB, type RuntimeSide } from "./cp.js";
 
 // 3. stdout throughput over hybrid vsock (VM) vs the process runtime's Unix socket
-
-async function streamHead(client: Client<typeof Process>, bytes: number): Promise<number> {
-  let got = 0;
-  let exitCode: number | undefined;
-  for await (const res of client.start({ process: { cmd: "head", args: ["-c", String(bytes), "/dev/zero"] }, stdin: false })) {
-    const e = res.event?.event;
-    if (e?.case === "data" && e.value.output.case === "stdout") got += e.value.output.value.length;
-    else if (e?.case === "end") exitCode = e.value.exitCode;
-  }
-  if (exitCode !== 0) throw new Error(`Start head: no end event with exit code 0 (got ${exitCode})`);
-  return got;
-}
-
-/** For information: the same head spawned here, its pipe read here. */
-function rawPipe(bytes: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("head", ["-c", String(bytes), "/dev/zero"], { stdio: ["ignore", "pipe", "ignore"] });
-    let got = 0;
-    child.stdout!.on("data", (c: Buffer) => (got += c.length));
-    child.once("error", reject);
-    child.once("close", (code) => (code === 0 ? resolve(got) : reject(new Error(`head exited ${code}`))));
-  });
-}
 
 interface Variant {
   name: string;
