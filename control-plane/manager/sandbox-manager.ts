@@ -302,7 +302,10 @@ export class SandboxManager {
     this.save({ ...rec, state: "pausing" });
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
-    if (inst.quietVsockWhilePaused) this.o.pool.hold(rec.id);
+    if (inst.quietVsockWhilePaused) {
+      this.o.pool.closeIdle(rec.id);
+      this.o.pool.hold(rec.id);
+    }
     try {
       await inst.pause();
     } catch (err) {

@@ -211,6 +211,18 @@ export class AgentPool {
     }
   }
 
+  /**
+   * Closes a sandbox's idle pooled connections (in-flight ones stay). Before
+   * a QEMU VM is stopped: a close that reaches a stopped VM's vsock (a
+   * keep-alive timeout, a server restart) would break it for good.
+   */
+  closeIdle(sandboxId: string): void {
+    for (const [key, agent] of this.agents) {
+      if (!key.startsWith(`${sandboxId}:`)) continue;
+      for (const sockets of Object.values(agent.freeSockets)) for (const s of sockets ?? []) s.destroy();
+    }
+  }
+
   /** A sandbox is gone (killed or dead): drop its connections and let anything held go. */
   forget(sandboxId: string): void {
     this.drop(sandboxId);

@@ -148,3 +148,25 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
     srv.close();
   });
 });
+
+describe("AgentPool.closeIdle (before a QEMU VM is stopped)", () => {
+  it("closes the sandbox's idle keep-alive connections and leaves in-flight ones alone", async () => {
+    const pool = new AgentPool();
+    const agent = pool.get("sbx", sock, 49983);
+    // In flight: a request whose body is still being sent (as a long stream would be).
+    const inflight = http.request({ agent, method: "POST", path: "/envs", headers: { host: "envd", "content-type": "application/json" } });
+    inflight.on("error", () => undefined);
+    inflight.write("");
+    await new Promise<void>((r) => inflight.once("socket", () => r()));
+    // Idle: a second connection, back in the pool once its request is done.
+    expect((await get(agent, "/health")).status).toBe(204);
+    const idle = Object.values(agent.freeSockets).flat();
+    expect(idle).toHaveLength(1);
+    expect(idle[0]).not.toBe(inflight.socket);
+    pool.closeIdle("sbx");
+    expect(idle[0]!.destroyed).toBe(true);
+    expect(inflight.socket?.destroyed ?? false).toBe(false);
+    inflight.destroy();
+    pool.destroy();
+  });
+});
