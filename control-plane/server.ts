@@ -39,6 +39,8 @@ export interface ControlPlaneOptions {
   templateRuntime?: (templateId: string) => string | undefined;
   /** The image cache templates are looked up in (default imagesDir()). */
   imagesDir?: string;
+  /** Sandboxes of the default shape kept started ahead of creates (default 0). */
+  warmPool?: number;
   limits?: Partial<ManagerLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
@@ -107,6 +109,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     templates: catalog,
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
+    warmPool: opts.warmPool,
     log,
   });
   await manager.start();
@@ -161,7 +164,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       server.close();
       await closed;
       proxy.close();
-      manager.close();
+      await manager.close();
       metrics.close();
       store.close();
     },

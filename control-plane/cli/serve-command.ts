@@ -23,6 +23,11 @@ Options:
                              (default ${DEFAULT_LIMITS.maxSandboxes}; more are refused with 429)
       --memory-budget-mb N   memory all sandboxes may be given together, in MiB
                              (default ${DEFAULT_LIMITS.memoryBudgetMB})
+      --warm-pool N          sandboxes kept started ahead of time for creates of the
+                             default shape (base template, default vCPUs and memory,
+                             internet on): such a create only hands one over
+                             (default: $LOCALE2B_WARM_POOL, else 2 on the process
+                             runtime and 0 on the VM runtimes, where each costs a VM)
       --domain NAME          route <port>-<sandboxId>.NAME hosts to sandboxes
                              (default localhost)
       --runtime NAME         sandbox runtime: process (default; host processes in
@@ -53,6 +58,7 @@ export interface ServeOptions {
   domain?: string;
   apiKey?: string;
   runtime: RuntimeName;
+  warmPool: number;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -66,6 +72,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       "memory-budget-mb": { type: "string" },
       domain: { type: "string" },
       runtime: { type: "string" },
+      "warm-pool": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -87,6 +94,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     domain: values.domain || undefined,
     apiKey,
     runtime,
+    warmPool: intOption(values["warm-pool"] ?? env.LOCALE2B_WARM_POOL, "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
   };
 }
 
@@ -174,6 +182,7 @@ export async function runServeCommand(args: string[]): Promise<number> {
       runtime,
       createRuntime: other,
       imagesDir: images,
+      warmPool: opts.warmPool,
     });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;

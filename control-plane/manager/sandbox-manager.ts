@@ -1,14 +1,15 @@
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { ENVD_VERSION } from "../../envd/version.js";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
+import { removeLeftoverWarm, WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
 import { LifecycleBus } from "./events.js";
-import { deriveToken, newSandboxId } from "./ids.js";
+import { newSandboxId } from "./ids.js";
+import { checkCapacity, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
 import {
   ControlPlaneError,
@@ -43,6 +44,8 @@ export interface ManagerOptions {
   templates: { has(id: string): boolean; names(): string[] };
   defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
   readyTimeoutMs: number;
+  /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
+  warmPool?: number;
   log: Logger;
 }
 
@@ -61,10 +64,25 @@ export class SandboxManager {
   private readonly instanceRuntime = new Map<string, string>();
   private readonly locks = new KeyedLock();
   private readonly runtimes: RuntimeSet;
+  private readonly warm: WarmPool | undefined;
   private reaper: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
+    if (o.warmPool) {
+      this.warm = new WarmPool({
+        size: o.warmPool,
+        shape: { templateId: "base", ...o.defaults },
+        runtime: () => this.runtimes.forTemplate("base"),
+        dir: (id) => this.dir(id),
+        waitReady: (id, inst) => this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => inst.alive()),
+        log: o.log.child({ component: "warm-pool" }),
+      });
+    }
+  }
+
+  private readyMs(inst: Instance): number {
+    return Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
   }
 
   get runtimeName(): string {
@@ -81,11 +99,20 @@ export class SandboxManager {
     }
     this.reaper = setInterval(() => void this.reap(), 1000);
     this.reaper.unref();
+    const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
+    await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
+    this.warm?.fill();
   }
 
-  /** Stops the reaper and closes connections; sandboxes keep running for the next start. */
-  close(): void {
+  /** Warm sandboxes ready to be handed out (metrics, tests). */
+  get warmCount(): number {
+    return this.warm?.size ?? 0;
+  }
+
+  /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
+  async close(): Promise<void> {
     clearInterval(this.reaper);
+    await this.warm?.close();
     this.o.pool.destroy();
   }
 
@@ -170,26 +197,6 @@ export class SandboxManager {
     return Math.ceil(seconds);
   }
 
-  private checkCapacity(memoryMB: number): void {
-    const live = this.o.store.listSandboxes();
-    const { maxSandboxes, memoryBudgetMB } = this.o.limits;
-    if (live.length >= maxSandboxes) {
-      throw new ControlPlaneError(
-        "capacity",
-        `sandbox limit reached: ${live.length} of ${maxSandboxes} sandboxes exist. Kill or pause some, or start the server with a higher --max-sandboxes`,
-        5,
-      );
-    }
-    const used = live.reduce((sum, r) => sum + r.memoryMB, 0);
-    if (used + memoryMB > memoryBudgetMB) {
-      throw new ControlPlaneError(
-        "capacity",
-        `memory budget exhausted: ${used} MiB of ${memoryBudgetMB} MiB in use and ${memoryMB} MiB requested. Kill some sandboxes, or raise --memory-budget-mb`,
-        5,
-      );
-    }
-  }
-
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     const templateId = input.templateId;
     if (!this.o.templates.has(templateId)) {
@@ -201,52 +208,34 @@ export class SandboxManager {
     });
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
+    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: this.o.defaults.diskSizeMB };
+    if (this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
+      const warm = this.warm.take();
+      if (warm && warm.runtime === runtime) {
+        const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
+          this.o.log.warn({ err, sandboxId: warm.id }, "handing out a warm sandbox failed: starting a new one");
+          return undefined;
+        });
+        if (rec) return rec;
+      } else if (warm) {
+        await this.warm.discard(warm);
+      }
+    }
     const id = newSandboxId();
     return this.locks.run(id, async () => {
-      this.checkCapacity(memoryMB);
+      checkCapacity(this.o.store, this.o.limits, memoryMB);
       const now = Date.now();
-      let rec = this.save({
-        id,
-        templateId,
-        alias: templateId,
-        state: "creating",
-        metadata: input.metadata ?? {},
-        envVars: input.envVars ?? {},
-        cpuCount,
-        memoryMB,
-        diskSizeMB: this.o.defaults.diskSizeMB,
-        startedAt: now,
-        endAt: now + timeout * 1000,
-        onTimeout: input.autoPause ? "pause" : "kill",
-        autoResume: input.autoResume ?? false,
-        envdVersion: ENVD_VERSION,
-        envdAccessToken: deriveToken(this.o.seed, "envd", id),
-        trafficAccessToken: deriveToken(this.o.seed, "sandbox-traffic", id),
-        allowInternetAccess: input.allowInternetAccess ?? true,
-        network: input.network,
-        runtime: runtime.name,
-        runtimeData: {},
-      });
+      let rec = this.save(newRecord(this.o.seed, id, input, shape, timeout, runtime.name));
       const log = this.o.log.child({ sandboxId: id });
       const dir = this.dir(id);
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        inst = await runtime.create({
-          sandboxId: id,
-          templateId,
-          cpuCount,
-          memoryMB,
-          diskSizeMB: rec.diskSizeMB,
-          dir,
-          allowInternetAccess: rec.allowInternetAccess,
-          log,
-        });
+        inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, log });
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         const live = inst;
-        const readyMs = Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
-        await this.o.envd.waitReady(id, inst.socketPath, readyMs, () => live.alive());
-        await this.init(rec, inst);
+        await this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => live.alive());
+        await pushInit(this.o.envd, rec, inst);
       } catch (err) {
         log.error({ err }, "sandbox creation failed");
         this.o.pool.drop(id);
@@ -256,29 +245,34 @@ export class SandboxManager {
         rmSync(dir, { recursive: true, force: true });
         throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}`);
       }
-      this.track(id, inst, runtime.name);
-      rec = this.save({ ...rec, state: "running", startedAt: Date.now(), endAt: Date.now() + timeout * 1000 });
-      log.info({ templateId, runtime: rec.runtime, ms: Date.now() - now }, "sandbox created");
-      this.emit("created", rec);
-      return rec;
+      return this.created(rec, inst, runtime.name, timeout, now);
     });
   }
 
-  /** Pushes env vars, token, default user/workdir and the time to envd (after start and resume). */
-  private async init(rec: SandboxRecord, inst: Instance): Promise<void> {
-    const res = await this.o.envd.request(rec.id, inst.socketPath, {
-      method: "POST",
-      path: "/init",
-      headers: { "x-access-token": rec.envdAccessToken },
-      body: {
-        envVars: rec.envVars,
-        accessToken: rec.envdAccessToken,
-        timestamp: new Date().toISOString(),
-        ...(inst.defaultUser ? { defaultUser: inst.defaultUser } : {}),
-        ...(inst.defaultWorkdir ? { defaultWorkdir: inst.defaultWorkdir } : {}),
-      },
+  /** Hands a warm sandbox out: its record, then the create's settings through /init. */
+  private claimWarm(warm: WarmSandbox, input: CreateSandboxInput, shape: WarmShape, timeout: number): Promise<SandboxRecord> {
+    return this.locks.run(warm.id, async () => {
+      checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
+      const now = Date.now();
+      const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
+      try {
+        await pushInit(this.o.envd, rec, warm.inst);
+      } catch (err) {
+        this.o.store.deleteSandbox(warm.id);
+        this.o.pool.forget(warm.id);
+        await this.warm!.discard(warm);
+        throw err;
+      }
+      return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
     });
-    if (res.status !== 204) throw new Error(`envd /init answered ${res.status}: ${res.body.toString().slice(0, 200)}`);
+  }
+
+  private created(rec: SandboxRecord, inst: Instance, runtime: string, timeout: number, since: number): SandboxRecord {
+    this.track(rec.id, inst, runtime);
+    const running = this.save({ ...rec, state: "running", startedAt: Date.now(), endAt: Date.now() + timeout * 1000 });
+    this.o.log.info({ sandboxId: rec.id, templateId: rec.templateId, runtime, ms: Date.now() - since }, "sandbox created");
+    this.emit("created", running);
+    return running;
   }
 
   /** A sandbox that exists (running or paused, or transitioning), else not_found. */
@@ -358,7 +352,7 @@ export class SandboxManager {
       await inst.resume();
       if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
       this.o.pool.release(rec.id);
-      await this.init(rec, inst);
+      await pushInit(this.o.envd, rec, inst);
     } catch (err) {
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to resume sandbox '${rec.id}': ${(err as Error).message}`);

@@ -1,0 +1,74 @@
+// The pieces of a create that need no manager state: the new record, the
+// capacity check, and the settings pushed to envd after start and resume.
+import { ENVD_VERSION } from "../../envd/version.js";
+import type { Instance } from "../runtimes/runtime.js";
+import type { Store } from "../store/store.js";
+import type { EnvdClient } from "../transport/envd-client.js";
+import { deriveToken } from "./ids.js";
+import type { ManagerLimits } from "./sandbox-manager.js";
+import { ControlPlaneError, type CreateSandboxInput, type SandboxRecord } from "./types.js";
+import type { WarmShape } from "./warm-pool.js";
+
+/** A new sandbox's record, in state creating. */
+export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, shape: WarmShape, timeout: number, runtime: string): SandboxRecord {
+  const now = Date.now();
+  return {
+    id,
+    templateId: shape.templateId,
+    alias: shape.templateId,
+    state: "creating",
+    metadata: input.metadata ?? {},
+    envVars: input.envVars ?? {},
+    cpuCount: shape.cpuCount,
+    memoryMB: shape.memoryMB,
+    diskSizeMB: shape.diskSizeMB,
+    startedAt: now,
+    endAt: now + timeout * 1000,
+    onTimeout: input.autoPause ? "pause" : "kill",
+    autoResume: input.autoResume ?? false,
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: deriveToken(seed, "envd", id),
+    trafficAccessToken: deriveToken(seed, "sandbox-traffic", id),
+    allowInternetAccess: input.allowInternetAccess ?? true,
+    network: input.network,
+    runtime,
+    runtimeData: {},
+  };
+}
+
+export function checkCapacity(store: Store, limits: ManagerLimits, memoryMB: number): void {
+  const live = store.listSandboxes();
+  const { maxSandboxes, memoryBudgetMB } = limits;
+  if (live.length >= maxSandboxes) {
+    throw new ControlPlaneError(
+      "capacity",
+      `sandbox limit reached: ${live.length} of ${maxSandboxes} sandboxes exist. Kill or pause some, or start the server with a higher --max-sandboxes`,
+      5,
+    );
+  }
+  const used = live.reduce((sum, r) => sum + r.memoryMB, 0);
+  if (used + memoryMB > memoryBudgetMB) {
+    throw new ControlPlaneError(
+      "capacity",
+      `memory budget exhausted: ${used} MiB of ${memoryBudgetMB} MiB in use and ${memoryMB} MiB requested. Kill some sandboxes, or raise --memory-budget-mb`,
+      5,
+    );
+  }
+}
+
+/** Pushes env vars, token, default user/workdir and the time to envd (after start and resume). */
+export async function pushInit(envd: EnvdClient, rec: SandboxRecord, inst: Instance): Promise<void> {
+  const res = await envd.request(rec.id, inst.socketPath, {
+    method: "POST",
+    path: "/init",
+    headers: { "x-access-token": rec.envdAccessToken },
+    body: {
+      envVars: rec.envVars,
+      accessToken: rec.envdAccessToken,
+      timestamp: new Date().toISOString(),
+      ...(inst.defaultUser ? { defaultUser: inst.defaultUser } : {}),
+      ...(inst.defaultWorkdir ? { defaultWorkdir: inst.defaultWorkdir } : {}),
+    },
+  });
+  if (res.status !== 204) throw new Error(`envd /init answered ${res.status}: ${res.body.toString().slice(0, 200)}`);
+}

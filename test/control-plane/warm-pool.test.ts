@@ -1,0 +1,96 @@
+// Warm sandboxes: started ahead of time (envd up), handed out by a create of
+// the default shape with that create's own settings (envs, metadata, tokens),
+// refilled in the background, never listed, killed when the server stops, and
+// cleaned up by the next start when a crash left them behind.
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cmdline } from "../../control-plane/runtimes/process/procfs.js";
+import { serve } from "../helpers/cli.js";
+import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { setEnv, waitFor } from "../helpers/sdk.js";
+
+/** Host pids whose command line names this sandbox dir (the sandbox's unshare/init/envd). */
+function pidsOf(dir: string): number[] {
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .map(Number)
+    .filter((pid) => cmdline(pid).some((a) => a.includes(dir)));
+}
+
+/** The warm sandbox dirs: in the sandboxes folder but not in the store. */
+function warmIds(cp: TestControlPlane): string[] {
+  const dir = join(cp.dataDir, "sandboxes");
+  return existsSync(dir) ? readdirSync(dir).filter((id) => existsSync(join(dir, id, "warm.json"))) : [];
+}
+
+describe("warm pool (process runtime)", () => {
+  let cp: TestControlPlane;
+  let restoreEnv = () => {};
+  beforeAll(async () => {
+    cp = await startTestControlPlane({ warmPool: 1 });
+    restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    await waitFor(() => cp.manager.warmCount === 1, "the first warm sandbox");
+  });
+  afterAll(async () => {
+    restoreEnv();
+    await cp?.close();
+  });
+
+  it("a default create takes the warm sandbox, with its own envs, metadata and token; the pool refills", async () => {
+    const [warmId] = warmIds(cp);
+    expect(warmId).toBeDefined();
+    expect(cp.manager.list().map((s) => s.id)).not.toContain(warmId); // not anyone's yet: not listed
+    const sbx = await Sandbox.create("base", { envs: { FROM_CREATE: "yes" }, metadata: { who: "warm-test" } });
+    expect(sbx.sandboxId).toBe(warmId);
+    const r = await sbx.commands.run('echo "$FROM_CREATE $(hostname) $(whoami)"');
+    expect(r.stdout).toBe(`yes ${warmId} user\n`);
+    expect((await sbx.getInfo()).metadata).toEqual({ who: "warm-test" });
+    expect(existsSync(join(cp.dataDir, "sandboxes", warmId!, "warm.json"))).toBe(false);
+    await waitFor(() => cp.manager.warmCount === 1 && warmIds(cp).length === 1 && warmIds(cp)[0] !== warmId, "a new warm sandbox");
+    await sbx.kill();
+  });
+
+  it("a create of another shape starts its own sandbox and leaves the warm one", async () => {
+    const [warmId] = warmIds(cp);
+    const sbx = await Sandbox.create("base", { allowInternetAccess: false });
+    expect(sbx.sandboxId).not.toBe(warmId);
+    expect(warmIds(cp)).toEqual([warmId]);
+    await sbx.kill();
+  });
+
+  it("the server's close kills the warm sandboxes and removes their dirs", async () => {
+    const other = await startTestControlPlane({ warmPool: 1 });
+    await waitFor(() => other.manager.warmCount === 1, "a warm sandbox");
+    const [id] = warmIds(other);
+    const dir = join(other.dataDir, "sandboxes", id!);
+    expect(pidsOf(dir).length).toBeGreaterThan(0);
+    await other.manager.close();
+    expect(existsSync(dir)).toBe(false);
+    await waitFor(() => pidsOf(dir).length === 0, "the warm sandbox's processes to end");
+    await other.close();
+  });
+});
+
+describe("warm sandboxes a crashed server left behind", () => {
+  it("are killed and removed by the next start", { timeout: 120_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-warm-"));
+    const served = await serve(dataDir, ["--warm-pool", "1"]);
+    const sandboxes = join(dataDir, "sandboxes");
+    const warm = () => (existsSync(sandboxes) ? readdirSync(sandboxes).filter((id) => existsSync(join(sandboxes, id, "warm.json"))) : []);
+    await waitFor(() => warm().length === 1, "the server's warm sandbox");
+    const dir = join(sandboxes, warm()[0]!);
+    served.child.kill("SIGKILL");
+    await new Promise((r) => served.child.once("exit", r));
+    expect(pidsOf(dir).length).toBeGreaterThan(0); // sandboxes outlive the server
+    const next = await startTestControlPlane({ dataDir });
+    try {
+      expect(existsSync(dir)).toBe(false);
+      await waitFor(() => pidsOf(dir).length === 0, "the leftover's processes to end");
+    } finally {
+      await next.close();
+    }
+  });
+});
