@@ -164,8 +164,11 @@ export async function benchCreate(): Promise<GoalResult[]> {
     base.bash.push(await localReady(tmp));
   };
 
-  const cp = await startControlPlaneChild();
+  // Cold: every create starts its sandbox (the breakdown below needs that); the
+  // warm pool (serve's default) is measured after, on a second server.
+  const cp = await startControlPlaneChild({ extraArgs: ["--warm-pool", "0"] });
   const seq: CreateSample[] = [];
+  const pooled: CreateSample[] = [];
   const par: CreateSample[] = [];
   const deleteMs: number[] = [];
   const warm: number[] = [];
@@ -208,6 +211,19 @@ export async function benchCreate(): Promise<GoalResult[]> {
     forgetTmp();
     await cp.stop();
   }
+  // The default server: `--warm-pool 2`. Creates one at a time, back to back: when they come faster
+  // than the pool refills (one sandbox start each), the miss shows in p95.
+  const hot = await startControlPlaneChild();
+  try {
+    await new Promise((r) => setTimeout(r, 2_000)); // let the pool fill
+    for (let i = 0; i < n; i++) {
+      const s = await createToFirstOutput(hot);
+      pooled.push(s);
+      await hot.deleteSandbox(s.id);
+    }
+  } finally {
+    await hot.stop();
+  }
 
   const serverMs = (samples: CreateSample[]) => samples.map((s) => cp.createdMs.get(s.id)).filter((v): v is number => v !== undefined);
   const row = (name: string, samples: CreateSample[]) => {
@@ -219,7 +235,11 @@ export async function benchCreate(): Promise<GoalResult[]> {
   };
   printTable(
     ["variant", "total p50", "total p95", "create call p50", "p95", "first cmd p50", "p95", "server log p50"],
-    [row(`one at a time (N=${seq.length})`, seq), row(`${conc} at once (${waves} waves, N=${par.length})`, par)],
+    [
+      row(`one at a time, warm pool (serve's default, --warm-pool 2; N=${pooled.length})`, pooled),
+      row(`one at a time, cold (--warm-pool 0; N=${seq.length})`, seq),
+      row(`${conc} at once, cold (${waves} waves, N=${par.length})`, par),
+    ],
   );
   console.log(
     "total = POST /v2/sandboxes sent -> first stdout bytes of the Start stream (Connect JSON, HTTP/1.1, via the proxy);\n" +
@@ -241,7 +261,7 @@ export async function benchCreate(): Promise<GoalResult[]> {
     console.log("");
     const stage = (name: string, values: number[]) => [name, fmtMs(median(values)), fmtMs(p95(values))];
     printTable(
-      [`where the time goes, one at a time (N=${staged.length}; from envd.log, 1 ms resolution)`, "p50", "p95"],
+      [`where the time goes, one at a time, cold (N=${staged.length}; from envd.log, 1 ms resolution)`, "p50", "p95"],
       [
         stage("POST sent -> envd logs 'envd listening' (server work, spawn, namespaces, mounts, node + envd start-up)", staged.map((s) => s.listeningMs!)),
         stage("'envd listening' -> 'init applied' (the server's readiness polling, then POST /init)", staged.map((s) => s.initMs! - s.listeningMs!)),
@@ -255,14 +275,14 @@ export async function benchCreate(): Promise<GoalResult[]> {
         "of server-side work, process spawn, namespaces and mounts (differences of medians: noisy).",
     );
   }
-  const p50 = median(seq.map((s) => s.totalMs));
+  const p50 = median(pooled.map((s) => s.totalMs));
   const ok = p50 <= GOAL_CREATE_P50_MS;
   console.log(
-    `one at a time: p50 ${fmtMs(p50)} (goal <= ${GOAL_CREATE_P50_MS} ms: ${verdict(ok)}); ` +
+    `one at a time, warm pool: p50 ${fmtMs(p50)} (goal <= ${GOAL_CREATE_P50_MS} ms: ${verdict(ok)}); cold p50 ${fmtMs(median(seq.map((s) => s.totalMs)))}; ` +
       `${fmtRatio(p50 / E2B_DOCUMENTED_CREATE_MS)} E2B's documented ~${E2B_DOCUMENTED_CREATE_MS} ms; ` +
       `${fmtRatio(p50 / median(base.envd))} of envd's bare start-up in this run.`,
   );
   return [
-    { benchmark: "sandboxes", metric: "create -> first output p50, one at a time", value: fmtMs(p50), goal: `<= ${GOAL_CREATE_P50_MS} ms`, ok },
+    { benchmark: "sandboxes", metric: "create -> first output p50, one at a time (warm pool)", value: fmtMs(p50), goal: `<= ${GOAL_CREATE_P50_MS} ms`, ok },
   ];
 }

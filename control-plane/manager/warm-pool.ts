@@ -47,6 +47,8 @@ const RETRY_MS = 30_000;
 export class WarmPool {
   private readonly ready: WarmSandbox[] = [];
   private starting = 0;
+  /** The start in progress, if any: close() waits for it (and discards what it made). */
+  private inflight: Promise<void> | undefined;
   private closed = false;
   private retryAt = 0;
 
@@ -79,7 +81,7 @@ export class WarmPool {
   fill(): void {
     if (this.closed || this.starting > 0 || this.ready.length >= this.o.size || Date.now() < this.retryAt) return;
     this.starting++;
-    void this.startOne()
+    this.inflight = this.startOne()
       .then((warm) => {
         if (this.closed) return this.discard(warm);
         this.ready.push(warm);
@@ -90,6 +92,7 @@ export class WarmPool {
       })
       .finally(() => {
         this.starting--;
+        this.inflight = undefined;
         this.fill();
       });
   }
@@ -131,6 +134,7 @@ export class WarmPool {
   /** Kills every warm sandbox (server shutdown). */
   async close(): Promise<void> {
     this.closed = true;
+    await this.inflight;
     await Promise.all(this.ready.splice(0).map((w) => this.discard(w)));
   }
 }
