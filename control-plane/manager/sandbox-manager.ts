@@ -113,6 +113,7 @@ export class SandboxManager {
   async close(): Promise<void> {
     clearInterval(this.reaper);
     await this.warm?.close();
+    for (const inst of this.instances.values()) inst.detach?.();
     this.o.pool.destroy();
   }
 

@@ -53,6 +53,11 @@ export interface Instance {
   kill(): Promise<void>;
   alive(): Promise<boolean>;
   stats(): Promise<InstanceStats>;
+  /**
+   * The server is stopping, the instance keeps running: stop watching it and
+   * let go of any control connection, so the next server can adopt it.
+   */
+  detach?(): void;
   /** Called once if the instance dies on its own (crash, OOM, killed from outside). */
   onExit(listener: (reason: string) => void): void;
   /** Host memory the instance uses now (a VMM's resident set: guest RAM it touched plus its own), for metrics. */

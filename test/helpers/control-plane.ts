@@ -9,6 +9,8 @@ export interface TestControlPlane extends RunningControlPlane {
   dataDir: string;
   /** Env for an E2B SDK pointed at this server (JS or Python). */
   sdkEnv: Record<string, string>;
+  /** Stops the server as `serve` does on SIGTERM: its sandboxes keep running for the next start. */
+  stopKeepingSandboxes(): Promise<void>;
 }
 
 /**
@@ -25,6 +27,7 @@ export async function startTestControlPlane(opts: Partial<ControlPlaneOptions> =
     apiKey,
     dataDir,
     sdkEnv: { E2B_API_URL: cp.url, E2B_SANDBOX_URL: cp.url, E2B_API_KEY: apiKey },
+    stopKeepingSandboxes: () => cp.close(),
     async close() {
       for (const s of cp.manager.list()) await cp.manager.kill(s.id).catch(() => undefined);
       await cp.close();

@@ -45,6 +45,7 @@ export class FirecrackerInstance implements Instance {
   private readonly rec: PersistedFirecracker;
   private readonly exitListeners: ((reason: string) => void)[] = [];
   private readonly watch: NodeJS.Timeout;
+  private detached = false;
   private exitReason: string | undefined;
   private killed = false;
   /** A pause or resume is replacing the process: its exit is expected. */
@@ -102,6 +103,7 @@ export class FirecrackerInstance implements Instance {
   }
 
   private died(why: string): void {
+    if (this.detached) return;
     if (this.exitReason !== undefined || this.killed) return;
     const tail = tailLines(this.o.layout.console, 5);
     const reason = tail.length ? `${why} (last console line: ${tail[tail.length - 1]})` : why;
@@ -274,6 +276,11 @@ export class FirecrackerInstance implements Instance {
   /** The Firecracker process's resident set (guest RAM it touched plus its own); 0 while paused. */
   hostMemoryBytes(): number {
     return this.rec.paused ? 0 : (procStat(this.rec.pid)?.rssBytes ?? 0);
+  }
+
+  detach(): void {
+    this.detached = true;
+    clearInterval(this.watch);
   }
 
   onExit(listener: (reason: string) => void): void {

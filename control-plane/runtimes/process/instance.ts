@@ -61,6 +61,7 @@ export class ProcessInstance implements Instance {
   readonly defaultWorkdir?: string;
   private readonly exitListeners: ((reason: string) => void)[] = [];
   private readonly watch: NodeJS.Timeout;
+  private detached = false;
   private exitReason: string | undefined;
   private killed = false;
   private pidNs: string | undefined;
@@ -120,6 +121,7 @@ export class ProcessInstance implements Instance {
   }
 
   private died(why: string): void {
+    if (this.detached) return;
     if (this.exitReason !== undefined || this.killed) return;
     const oom = this.o.cgroup?.oomKills();
     const reason = oom ? `${why}; the sandbox ran out of memory (${this.o.memoryMB} MiB)` : why;
@@ -219,6 +221,11 @@ export class ProcessInstance implements Instance {
       diskUsedBytes,
       diskTotalBytes,
     };
+  }
+
+  detach(): void {
+    this.detached = true;
+    clearInterval(this.watch);
   }
 
   onExit(listener: (reason: string) => void): void {

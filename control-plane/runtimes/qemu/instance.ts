@@ -65,6 +65,7 @@ export class QemuInstance implements Instance {
   readonly readyTimeoutMs: number;
   private readonly exitListeners: ((reason: string) => void)[] = [];
   private readonly watch: NodeJS.Timeout;
+  private detached = false;
   private exitReason: string | undefined;
   private killed = false;
   private cpuSample: { ns: number; at: bigint };
@@ -144,6 +145,12 @@ export class QemuInstance implements Instance {
     return procStat(this.o.qemu.pid)?.rssBytes ?? 0;
   }
 
+  detach(): void {
+    this.detached = true;
+    clearInterval(this.watch);
+    this.o.qmp.close();
+  }
+
   onExit(listener: (reason: string) => void): void {
     if (this.exitReason) listener(this.exitReason);
     else this.exitListeners.push(listener);
@@ -177,6 +184,7 @@ export class QemuInstance implements Instance {
   }
 
   private died(reason: string): void {
+    if (this.detached) return;
     if (this.exitReason || this.killed) return;
     this.exitReason = reason;
     clearInterval(this.watch);

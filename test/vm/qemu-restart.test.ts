@@ -1,0 +1,56 @@
+// A control-plane restart with microVMs running: QEMU and vhost-device-vsock
+// are detached, so the VMs live on; the next start re-adopts them (QMP again,
+// the same vsock socket), a paused one stays paused and resumes, and a VM
+// that died meanwhile is marked dead.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { describe, expect, it } from "vitest";
+import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
+import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
+import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
+import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { setEnv } from "../helpers/sdk.js";
+import { qemuMissing, testImagesDir } from "../helpers/vm.js";
+
+const missing = qemuMissing();
+const why = missing ? ` [skipped: ${missing}; runs where the qemu suite runs]` : "";
+
+describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane restart${why}`, () => {
+  it("re-adopts running and paused VMs; a VM killed while the server was down is dead", { timeout: 300_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-qemu-restart-"));
+    const apiKey = `e2b_${"c".repeat(40)}`;
+    const start = () => startTestControlPlane({ dataDir, apiKey, runtime: new QemuRuntime({ imagesDir: testImagesDir() }) });
+    let cp: TestControlPlane = await start();
+    let restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    const [running, paused, doomed] = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", { timeoutMs: 600_000 })));
+    try {
+      await running!.files.write("/home/user/before.txt", "before the restart");
+      expect(await paused!.pause()).toBe(true);
+      const qemuOf = (id: string) => (cp.store.getSandbox(id)!.runtimeData as PersistedQemuInstance).qemu;
+      const doomedQemu = qemuOf(doomed!.sandboxId);
+      // Stop the server (not its sandboxes), kill one VM while it is down, start again.
+      restore();
+      for (const s of [running!, paused!]) expect(isRunning(qemuOf(s.sandboxId).pid, qemuOf(s.sandboxId).startTime)).toBe(true);
+      await cp.stopKeepingSandboxes();
+      process.kill(doomedQemu.pid, "SIGKILL");
+      cp = await start();
+      restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+
+      expect(cp.store.getSandbox(running!.sandboxId)!.state).toBe("running");
+      const again = await Sandbox.connect(running!.sandboxId);
+      expect(await again.files.read("/home/user/before.txt")).toBe("before the restart");
+      expect((await again.commands.run("echo alive")).stdout).toBe("alive\n");
+
+      expect(cp.store.getSandbox(paused!.sandboxId)!.state).toBe("paused");
+      const resumed = await Sandbox.connect(paused!.sandboxId); // connect resumes
+      expect((await resumed.commands.run("echo resumed")).stdout).toBe("resumed\n");
+
+      expect(cp.store.getSandbox(doomed!.sandboxId)!.state).toBe("killed");
+    } finally {
+      restore();
+      await cp.close(); // kills what is left
+    }
+  });
+});
