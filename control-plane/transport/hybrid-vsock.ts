@@ -5,6 +5,14 @@ import type { Duplex } from "node:stream";
 /** How long the `CONNECT <port>` handshake may take before the dial fails. */
 const HANDSHAKE_TIMEOUT_MS = 10_000;
 
+/**
+ * The guest init's port forwarder: after `CONNECT 49982`, the host writes
+ * `TCP <port>\n` and the init answers `OK\n` once it has connected to that
+ * port on the guest's 127.0.0.1 (or `ERR <why>\n`). Every port but envd's
+ * goes through it: vsock has no wildcard listener.
+ */
+export const FORWARD_PORT = 49982;
+
 export class DialError extends Error {
   constructor(message: string, readonly code: string) {
     super(message);
@@ -27,6 +35,64 @@ export async function dialHybridVsock(
   await gate?.wait();
   const socket = await dialOnce(socketPath, port, timeoutMs);
   return gate ? gate.guard(socket) : socket;
+}
+
+/**
+ * Dials a TCP port on the guest's 127.0.0.1 through the init's forwarder
+ * (FORWARD_PORT). Fails with the guest's reason (nothing listening there, or
+ * no forwarder in this sandbox), never hangs.
+ */
+export async function dialGuestPort(
+  socketPath: string,
+  port: number,
+  timeoutMs = HANDSHAKE_TIMEOUT_MS,
+  gate?: VsockGate,
+): Promise<net.Socket> {
+  const socket = await dialHybridVsock(socketPath, FORWARD_PORT, timeoutMs, gate).catch((err: DialError) => {
+    throw new DialError(`port forwarding is not available in this sandbox (${err.message})`, err.code);
+  });
+  socket.write(`TCP ${port}\n`);
+  const line = await readLine(socket, timeoutMs).catch((err: Error) => {
+    socket.destroy();
+    throw new DialError(`no answer from the sandbox's port forwarder for port ${port}: ${err.message}`, "ETIMEDOUT");
+  });
+  if (line !== "OK") {
+    socket.destroy();
+    const why = line.startsWith("ERR ") ? line.slice(4) : `unexpected answer '${line.slice(0, 80)}'`;
+    throw new DialError(`port ${port} in the sandbox: ${why}`, "ECONNREFUSED");
+  }
+  return socket;
+}
+
+/** Reads one `\n`-terminated line (at most 256 bytes), leaving what follows unread. */
+function readLine(socket: net.Socket, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buffered = Buffer.alloc(0);
+    const done = (err: Error | undefined, line?: string) => {
+      clearTimeout(timer);
+      socket.off("data", onData);
+      socket.off("close", onClose);
+      socket.off("error", onClose);
+      if (err) reject(err);
+      else resolve(line!);
+    };
+    const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
+    const onClose = () => done(new Error("the connection closed"));
+    const onData = (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      const nl = buffered.indexOf(10);
+      if (nl < 0) {
+        if (buffered.length > 256) done(new Error("answer too long"));
+        return;
+      }
+      const rest = buffered.subarray(nl + 1);
+      if (rest.length) socket.unshift(rest);
+      done(undefined, buffered.subarray(0, nl).toString("latin1").trim());
+    };
+    socket.on("data", onData);
+    socket.once("close", onClose);
+    socket.once("error", onClose);
+  });
 }
 
 function dialOnce(socketPath: string, port: number, timeoutMs: number): Promise<net.Socket> {
@@ -149,6 +215,8 @@ export class HybridVsockAgent extends http.Agent {
     readonly socketPath: string,
     readonly port: number,
     readonly gate?: VsockGate,
+    /** The port the guest listens on over vsock itself (envd's); any other goes through the forwarder. */
+    readonly directPort = port,
   ) {
     super({ keepAlive: true, keepAliveMsecs: 30_000, maxSockets: 512, maxFreeSockets: 64, scheduling: "lifo" });
   }
@@ -157,7 +225,8 @@ export class HybridVsockAgent extends http.Agent {
     _options: http.ClientRequestArgs,
     callback?: (err: Error | null, stream: Duplex) => void,
   ): Duplex | null | undefined {
-    dialHybridVsock(this.socketPath, this.port, HANDSHAKE_TIMEOUT_MS, this.gate).then(
+    const dial = this.port === this.directPort ? dialHybridVsock : dialGuestPort;
+    dial(this.socketPath, this.port, HANDSHAKE_TIMEOUT_MS, this.gate).then(
       (socket) => callback?.(null, socket),
       (err: Error) => callback?.(err, undefined as unknown as Duplex),
     );
@@ -190,12 +259,13 @@ export class AgentPool {
     this.gates.get(sandboxId)?.release();
   }
 
-  get(sandboxId: string, socketPath: string, port: number): HybridVsockAgent {
+  /** Connections to `port` in the sandbox: a vsock port the guest listens on, or (with `directPort` set to another) a TCP port reached through the forwarder. */
+  get(sandboxId: string, socketPath: string, port: number, directPort = port): HybridVsockAgent {
     const key = `${sandboxId}:${port}`;
     let agent = this.agents.get(key);
     if (!agent || agent.socketPath !== socketPath) {
       agent?.destroy();
-      agent = new HybridVsockAgent(socketPath, port, this.gate(sandboxId));
+      agent = new HybridVsockAgent(socketPath, port, this.gate(sandboxId), directPort);
       this.agents.set(key, agent);
     }
     return agent;

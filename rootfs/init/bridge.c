@@ -1,6 +1,7 @@
 /*
  * The relay: every connection accepted on the vsock (or hybrid-vsock Unix)
- * listener is joined to a new connection to envd's Unix socket. One thread,
+ * listener is joined to a new connection to envd's Unix socket, or (the
+ * forwarder, see forward.c) to a TCP port on 127.0.0.1. One thread,
  * level-triggered epoll, non-blocking sockets. Per direction a ring buffer
  * of RELAY_BUF bytes: when it is full, that side is not read (back-pressure).
  * EOF on one side is passed on as shutdown(SHUT_WR) once its buffer drained;
@@ -18,42 +19,6 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-enum cstate {
-	ST_HANDSHAKE,  /* hybrid mode: waiting for `CONNECT <port>\n` */
-	ST_PENDING,    /* waiting to retry envd's socket */
-	ST_CONNECTING, /* a non-blocking connect to envd in progress */
-	ST_RELAY,
-};
-
-struct buf {
-	char *data; /* RELAY_BUF bytes, allocated on first use */
-	uint32_t head, len;
-};
-
-struct conn;
-struct endpoint {
-	struct ep_tag tag;
-	int fd;
-	uint32_t mask; /* the events registered; 0 = not in the epoll set */
-	bool eof;      /* read returned 0 */
-	bool hup;      /* ...and the peer had closed, not just shut down its writing side */
-	bool shut;     /* we did shutdown(SHUT_WR) */
-	struct conn *c;
-};
-
-struct conn {
-	struct endpoint a, b; /* a: the host (vsock / hybrid socket), b: envd */
-	struct buf ab, ba;
-	enum cstate state;
-	bool dead;
-	char hs[HANDSHAKE_MAX];
-	uint32_t hslen;
-	int64_t deadline; /* handshake, or giving up on envd's socket */
-	int64_t retry_at;
-	int retry_ms;
-	struct conn *prev, *next;
-};
 
 /* Connections live on one of three lists: waiting (a timer applies), active, dead (freed after the batch). */
 static struct conn *waiting, *active, *dead;
@@ -88,7 +53,7 @@ static struct conn **list_of(struct conn *c)
 	return c->state == ST_RELAY ? &active : &waiting;
 }
 
-static void set_state(struct conn *c, enum cstate s)
+void set_state(struct conn *c, enum cstate s)
 {
 	struct conn **from = list_of(c);
 	c->state = s;
@@ -110,7 +75,7 @@ static void set_mask(struct endpoint *ep, uint32_t mask)
 	ep->mask = mask;
 }
 
-static void close_endpoint(struct endpoint *ep)
+void close_endpoint(struct endpoint *ep)
 {
 	if (ep->fd < 0)
 		return;
@@ -119,7 +84,7 @@ static void close_endpoint(struct endpoint *ep)
 	ep->fd = -1;
 }
 
-static void conn_close(struct conn *c)
+void conn_close(struct conn *c)
 {
 	if (c->dead)
 		return;
@@ -151,6 +116,8 @@ static void update(struct conn *c)
 	uint32_t ma = 0, mb = 0;
 	if (c->state == ST_HANDSHAKE) {
 		ma = EPOLLIN;
+	} else if (c->state == ST_REQUEST || c->state == ST_CLOSING) {
+		ma = (c->state == ST_REQUEST ? EPOLLIN : 0) | (c->ba.len ? EPOLLOUT : 0);
 	} else {
 		if (!c->a.eof && c->ab.len < RELAY_BUF)
 			ma |= EPOLLIN;
@@ -169,13 +136,20 @@ static void update(struct conn *c)
 	set_mask(&c->b, mb);
 }
 
-static bool buf_ready(struct buf *b)
+bool buf_ready(struct buf *b)
 {
 	if (!b->data && !(b->data = malloc(RELAY_BUF))) {
 		ilog("out of memory for a relay buffer");
 		return false;
 	}
 	return true;
+}
+
+/* Appends to a ready buffer (short lines: they always fit where they are used). */
+void buf_put(struct buf *b, const char *data, size_t len)
+{
+	for (size_t i = 0; i < len && b->len < RELAY_BUF; i++, b->len++)
+		b->data[(b->head + b->len) % RELAY_BUF] = data[i];
 }
 
 /* One readv into the free space. false: the connection failed and is closed. */
@@ -250,7 +224,7 @@ static void propagate_eof(struct conn *c)
 		conn_close(c);
 }
 
-static void relay_ready(struct conn *c)
+void relay_ready(struct conn *c)
 {
 	set_state(c, ST_RELAY);
 	if (pump_out(c, &c->b, &c->ab))
@@ -314,15 +288,23 @@ static void handshake(struct conn *c)
 			conn_close(c);
 		return;
 	}
-	if (!handshake_line_ok(c->hs, (size_t)(nl - c->hs)) || !buf_ready(&c->ab) || !buf_ready(&c->ba)) {
+	unsigned port = handshake_port(c->hs, (size_t)(nl - c->hs));
+	if (!port || !buf_ready(&c->ab) || !buf_ready(&c->ba)) {
 		conn_close(c); /* as Firecracker does for a port nothing listens on */
 		return;
 	}
-	/* Bytes after the line are the stream's first bytes. */
+	char ok[32];
+	int okn = snprintf(ok, sizeof ok, "OK %u\n", port);
+	buf_put(&c->ba, ok, (size_t)okn);
+	/* Bytes after the line are the stream's first bytes (the forwarder's request, for 49982). */
 	uint32_t rest = c->hslen - (uint32_t)(nl + 1 - c->hs);
-	memcpy(c->ab.data, nl + 1, rest);
-	c->ab.len = rest;
-	c->ba.len = (uint32_t)snprintf(c->ba.data, 32, "OK %u\n", ENVD_PORT);
+	if (port == FORWARD_PORT) {
+		memmove(c->hs, nl + 1, rest);
+		c->hslen = rest;
+		forward_start(c);
+		return;
+	}
+	buf_put(&c->ab, nl + 1, rest);
 	set_state(c, ST_PENDING);
 	c->deadline = now_ms() + UPSTREAM_WAIT_MS;
 	connect_upstream(c);
@@ -338,6 +320,11 @@ static void conn_event(struct endpoint *ep, uint32_t ev)
 	if (ep == &c->a) {
 		if (c->state == ST_HANDSHAKE) {
 			handshake(c);
+		} else if (c->state == ST_REQUEST || c->state == ST_CLOSING) {
+			if (out && pump_out(c, &c->a, &c->ba) && c->state == ST_CLOSING && !c->ba.len)
+				conn_close(c); /* the answer is out */
+			if (in && !c->dead)
+				forward_request(c);
 		} else {
 			if (in && pump_in(c, &c->a, &c->ab, ev) && c->state == ST_RELAY)
 				pump_out(c, &c->b, &c->ab);
@@ -348,7 +335,9 @@ static void conn_event(struct endpoint *ep, uint32_t ev)
 		int err = 0;
 		socklen_t len = sizeof err;
 		getsockopt(ep->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-		if (err)
+		if (c->fwd_port)
+			forward_connected(c, err);
+		else if (err)
 			upstream_failed(c, err);
 		else
 			relay_ready(c);
@@ -362,8 +351,8 @@ static void conn_event(struct endpoint *ep, uint32_t ev)
 	update(c);
 }
 
-/* A connection accepted by the listener (non-blocking, close-on-exec). */
-void bridge_accepted(int fd)
+/* A connection accepted by a listener (non-blocking, close-on-exec). */
+void bridge_accepted(int fd, unsigned port)
 {
 	struct conn *c = calloc(1, sizeof *c);
 	if (!c) {
@@ -374,10 +363,15 @@ void bridge_accepted(int fd)
 	c->b = (struct endpoint){ .tag = { EP_CONN }, .fd = -1, .c = c };
 	c->retry_ms = 10;
 	n_conns++;
-	c->state = cfg.mode == MODE_HYBRID ? ST_HANDSHAKE : ST_PENDING;
+	c->state = !port ? ST_HANDSHAKE : port == FORWARD_PORT ? ST_REQUEST : ST_PENDING;
 	list_add(&waiting, c);
 	if (c->state == ST_HANDSHAKE) {
 		c->deadline = now_ms() + HANDSHAKE_TIMEOUT_MS;
+	} else if (c->state == ST_REQUEST) {
+		if (buf_ready(&c->ab) && buf_ready(&c->ba))
+			forward_start(c);
+		else
+			conn_close(c);
 	} else {
 		c->deadline = now_ms() + UPSTREAM_WAIT_MS;
 		connect_upstream(c);
@@ -388,7 +382,7 @@ void bridge_accepted(int fd)
 void bridge_event(struct ep_tag *tag, uint32_t events)
 {
 	if (tag->kind == EP_LISTENER)
-		listener_event();
+		listener_event(tag);
 	else
 		conn_event((struct endpoint *)tag, events);
 }
@@ -421,8 +415,10 @@ void bridge_tick(int64_t now)
 		next = c->next;
 		if (c->state == ST_PENDING && now >= c->retry_at)
 			connect_upstream(c);
+		else if (c->state == ST_CONNECTING && c->fwd_port && now >= c->deadline)
+			forward_timeout(c);
 		else if (c->state != ST_PENDING && now >= c->deadline)
-			conn_close(c); /* a handshake that never came, or a connect that never finished */
+			conn_close(c); /* a handshake or request that never came, a connect that never finished */
 		if (!c->dead)
 			update(c);
 	}

@@ -7,9 +7,13 @@
  * supervision and bridge, but the host side is a Unix socket that speaks
  * Firecracker's hybrid-vsock handshake (`CONNECT 49983\n` -> `OK 49983\n`).
  *
+ * User-port forwarding: vsock port 49982 (or `CONNECT 49982`), then
+ * `TCP <port>\n` -> `OK\n`, and the bytes go to 127.0.0.1:<port>.
+ *
  * Files: main.c (flags, event loop, shutdown), pid1.c (system set-up,
  * reaping, poweroff), envd.c (envd's supervision), listener.c (vsock or
- * hybrid-vsock listener), bridge.c (the relay).
+ * hybrid-vsock listeners), bridge.c (the relay), forward.c (the forwarder's
+ * request and its TCP connect).
  */
 #ifndef LOCALE2B_INIT_H
 #define LOCALE2B_INIT_H
@@ -24,6 +28,10 @@
 #include <sys/types.h>
 
 #define ENVD_PORT 49983
+/* The user-port forwarder: `TCP <port>\n` (at most FORWARD_LINE_MAX bytes) -> 127.0.0.1:<port>. */
+#define FORWARD_PORT 49982
+#define FORWARD_LINE_MAX 32
+#define FORWARD_CONNECT_TIMEOUT_MS 10000
 /* Per direction and connection; when full, that side is not read (back-pressure). */
 #define RELAY_BUF (256 * 1024)
 /* The hybrid-vsock handshake line, newline included. */
@@ -56,6 +64,7 @@ struct config {
 	bool pid1;
 	bool print_config;
 	bool no_mounts;
+	bool forward_ports;        /* VM: on unless l2b.forward_ports=0; process mode: --forward-ports */
 	const char *hybrid_path;   /* MODE_HYBRID */
 	unsigned vsock_port;       /* MODE_VM, MODE_VSOCK */
 	const char *hostname;      /* flag, else l2b.hostname=, else /etc/hostname (VM) */
@@ -78,6 +87,46 @@ extern bool shutting_down;
 enum ep_kind { EP_SIGNAL, EP_LISTENER, EP_CONN };
 struct ep_tag {
 	enum ep_kind kind;
+};
+
+/* A relayed connection (bridge.c, forward.c). */
+enum cstate {
+	ST_HANDSHAKE,  /* hybrid mode: waiting for `CONNECT <port>\n` */
+	ST_PENDING,    /* waiting to retry envd's socket */
+	ST_CONNECTING, /* a non-blocking connect (to envd, or to the forwarded TCP port) in progress */
+	ST_RELAY,
+	ST_REQUEST,    /* forwarder: waiting for `TCP <port>\n` */
+	ST_CLOSING,    /* writing what is buffered for the host (an `ERR` line), then closing */
+};
+
+struct buf {
+	char *data; /* RELAY_BUF bytes, allocated on first use */
+	uint32_t head, len;
+};
+
+struct conn;
+struct endpoint {
+	struct ep_tag tag;
+	int fd;
+	uint32_t mask; /* the events registered; 0 = not in the epoll set */
+	bool eof;      /* read returned 0 */
+	bool hup;      /* ...and the peer had closed, not just shut down its writing side */
+	bool shut;     /* we did shutdown(SHUT_WR) */
+	struct conn *c;
+};
+
+struct conn {
+	struct endpoint a, b; /* a: the host (vsock / hybrid socket), b: envd or the forwarded port */
+	struct buf ab, ba;
+	enum cstate state;
+	bool dead;
+	unsigned fwd_port; /* the forwarded TCP port once requested; 0 for envd */
+	char hs[HANDSHAKE_MAX];
+	uint32_t hslen;
+	int64_t deadline; /* handshake, request, connect, or giving up on envd's socket */
+	int64_t retry_at;
+	int retry_ms;
+	struct conn *prev, *next;
 };
 
 /* main.c */
@@ -107,19 +156,34 @@ void envd_print_argv(void);
 
 /* listener.c */
 int bridge_listen(void);
-void listener_event(void);
+void listener_event(struct ep_tag *tag);
 void listener_pause(bool full);
-bool handshake_line_ok(const char *line, size_t len);
+/* The port of a `CONNECT <port>` line (newline cut off) that is served here, else 0. */
+unsigned handshake_port(const char *line, size_t len);
 int64_t listener_deadline(void);
 void listener_tick(int64_t now);
 void listener_close(void);
 
 /* bridge.c */
-void bridge_accepted(int fd);
+/* port: what the listener serves (ENVD_PORT, FORWARD_PORT), 0 for a hybrid-vsock handshake first. */
+void bridge_accepted(int fd, unsigned port);
 bool bridge_has_room(void);
 void bridge_event(struct ep_tag *tag, uint32_t events);
 int64_t bridge_deadline(void);
 void bridge_tick(int64_t now);
 void bridge_close_all(void);
+void set_state(struct conn *c, enum cstate s);
+void close_endpoint(struct endpoint *ep);
+void conn_close(struct conn *c);
+bool buf_ready(struct buf *b);
+void buf_put(struct buf *b, const char *data, size_t len);
+void relay_ready(struct conn *c);
+
+/* forward.c */
+void forward_start(struct conn *c);
+void forward_request(struct conn *c);
+void forward_connected(struct conn *c, int err);
+void forward_timeout(struct conn *c);
+void conn_fail(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

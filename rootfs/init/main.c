@@ -28,13 +28,16 @@ static const char usage[] =
 	"\n"
 	"Supervises envd and bridges connections to its Unix socket: in VM mode from\n"
 	"AF_VSOCK port 49983, in process mode from a Unix socket speaking the hybrid-vsock\n"
-	"handshake (`CONNECT 49983\\n` -> `OK 49983\\n`).\n"
+	"handshake (`CONNECT 49983\\n` -> `OK 49983\\n`). Port forwarding (VM mode, or\n"
+	"--forward-ports): on port 49982 the host sends `TCP <port>\\n`, the init answers `OK\\n`\n"
+	"once connected to 127.0.0.1:<port> (or `ERR <why>\\n`), then relays the bytes.\n"
 	"\n"
 	"Options:\n"
 	"  --hybrid-listen PATH   listen on a hybrid-vsock Unix socket (process mode)\n"
 	"  --vsock-listen PORT    listen on AF_VSOCK PORT, not as PID 1 (the VM listener, for checks)\n"
 	"  --hostname NAME        set the hostname (VM default: l2b.hostname=, else /etc/hostname);\n"
 	"                         process mode: only as PID 1 (of a pid and UTS namespace)\n"
+	"  --forward-ports        process mode: also accept `CONNECT 49982` (user-port forwarding)\n"
 	"  --no-mounts            process mode: mount nothing (mounts happen only as PID 1 anyway:\n"
 	"                         a fresh /proc, /dev/pts and /dev/shm when those exist)\n"
 	"  --envd-cmd PROG        run PROG instead of `" GUEST_NODE " " GUEST_ENVD " --listen ...`\n"
@@ -47,6 +50,7 @@ static const char usage[] =
 	"  -h, --help             show this help\n"
 	"\n"
 	"Kernel parameters (VM mode): l2b.hostname=NAME l2b.epoch=UNIX_SECONDS l2b.envd_log=LEVEL\n"
+	"  l2b.forward_ports=0 (no port forwarding)\n"
 	"Signals: SIGTERM, SIGINT (Ctrl-Alt-Del), SIGPWR, SIGUSR1, SIGUSR2 stop envd and every\n"
 	"process (SIGTERM, then SIGKILL after 2 s), then power off (VM) or exit 0.\n";
 
@@ -113,6 +117,8 @@ static void parse_args(int argc, char **argv)
 			exit(0);
 		} else if (!strcmp(a, "--no-mounts")) {
 			cfg.no_mounts = true;
+		} else if (!strcmp(a, "--forward-ports")) {
+			cfg.forward_ports = true;
 		} else if (!strcmp(a, "--print-config")) {
 			cfg.print_config = true;
 		} else if ((v = flag_value(argc, argv, &i, "--hybrid-listen"))) {
@@ -157,6 +163,7 @@ static void parse_args(int argc, char **argv)
 		cfg.mode = MODE_VSOCK;
 	} else {
 		cfg.mode = MODE_VM;
+		cfg.forward_ports = true; /* unless l2b.forward_ports=0 */
 	}
 	if (!cfg.envd_socket)
 		cfg.envd_socket = GUEST_ENVD_SOCKET;
@@ -179,6 +186,7 @@ static void print_config(void)
 	printf("epoch=%lld\n", cfg.epoch);
 	printf("envd_log=%s\n", cfg.envd_log ? cfg.envd_log : "");
 	printf("envd_socket=%s\n", cfg.envd_socket);
+	printf("forward_ports=%s\n", cfg.forward_ports ? "on" : "off");
 	envd_print_argv();
 }
 

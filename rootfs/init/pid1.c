@@ -110,6 +110,8 @@ void parse_kernel_cmdline(void)
 		else
 			cfg.epoch = e;
 	}
+	if (cmdline_value(cmdline, "l2b.forward_ports", v, sizeof v))
+		cfg.forward_ports = strcmp(v, "0") != 0 && strcmp(v, "off") != 0 && strcmp(v, "false") != 0;
 	if (!cfg.envd_log && cmdline_value(cmdline, "l2b.envd_log", envd_log_buf, sizeof envd_log_buf) && envd_log_buf[0])
 		cfg.envd_log = envd_log_buf;
 	if (!cfg.hostname) {

@@ -5,6 +5,7 @@
 // (test/helpers/sdk-envd-suite.ts) runs against it, then what only a VM
 // shows: in-memory pause/resume with a stream held open, the serial console
 // in the logs, and QEMU killed under an open stream.
+import http from "node:http";
 import { Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
@@ -87,6 +88,29 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       expect(await again.files.read("/home/user/kept.txt")).toBe("kept across pause");
       expect((await again.commands.list()).some((p) => p.pid === ticker.pid)).toBe(true);
       expect(await again.commands.kill(ticker.pid)).toBe(true);
+    });
+
+    it("serves a server the user runs in the VM on <port>-<id>.<domain> (E2B's getHost), refuses a closed port", async () => {
+      const sandbox = suite.sandbox!;
+      const cp = suite.cp!;
+      await sandbox.files.write("/home/user/www/hello.html", "hello from inside the VM");
+      const server = await sandbox.commands.run("python3 -m http.server 8080 --bind 127.0.0.1 --directory /home/user/www", { background: true, timeoutMs: 0 });
+      const get = (port: number, path: string) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const req = http.get(`${cp.url}${path}`, { headers: { host: `${port}-${sandbox.sandboxId}.localhost` } }, (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve({ status: res.statusCode!, body }));
+          });
+          req.on("error", reject);
+        });
+      let last = { status: 0, body: "" };
+      await waitFor(async () => (last = await get(8080, "/hello.html")).status === 200, () => `the user's server on port 8080 (last: ${last.status} ${last.body})`);
+      expect(last.body).toBe("hello from inside the VM");
+      const closed = await get(8081, "/");
+      expect(closed.status).toBe(502);
+      expect(JSON.parse(closed.body).message).toMatch(/port 8081 in the sandbox: .*refused/i);
+      expect(await sandbox.commands.kill(server.pid)).toBe(true);
     });
 
     // Last: it ends the suite's VM.

@@ -7,7 +7,7 @@ import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
 import { forwardHeaders, isConnectPath, responseHeaders, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { forwardH2, H2Upstreams } from "./h2.js";
-import { RouteCache } from "./routes.js";
+import { RouteCache, type SandboxRoute } from "./routes.js";
 
 export interface EnvdProxy {
   /** True when the request is for a sandbox (routing headers, sandbox host, or a signed /files URL). */
@@ -83,13 +83,8 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       sandboxId = sandboxForSignedUrl(manager, req);
       if (!sandboxId) return sendProxyError(res, 401, "invalid signature: it matches no running sandbox's file URL", connect);
     }
-    if (t.port !== ENVD_PORT) {
-      return sendProxyError(
-        res,
-        502,
-        `port ${Number.isNaN(t.port) ? "(invalid)" : t.port} of sandbox ${sandboxId}: only envd (port ${ENVD_PORT}) is served; user ports are not supported yet`,
-        connect,
-      );
+    if (!Number.isInteger(t.port) || t.port < 1 || t.port > 65535) {
+      return sendProxyError(res, 502, `invalid port for sandbox ${sandboxId}: use <port>-<sandboxId>.<domain> with a port from 1 to 65535`, connect);
     }
     if (!SANDBOX_ID_RE.test(sandboxId!)) return sendProxyError(res, 502, `The sandbox ${sandboxId} was not found`, connect);
     if (INTERNAL.test(req.url ?? "")) {
@@ -106,6 +101,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       deps.log.error({ err, sandboxId }, "routing to a sandbox failed");
       return sendProxyError(res, 502, `routing to sandbox ${sandboxId} failed: ${(err as Error).message}`, connect);
     }
+    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId!, t.port, route);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
     if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, route.token)) {
       return sendProxyError(
@@ -126,7 +122,29 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     forward(req, res, sandboxId!, pool.get(sandboxId!, route.socketPath, ENVD_PORT));
   };
 
-  const forward = (req: IncomingMessage, res: ServerResponse, sandboxId: string, agent: http.Agent): void => {
+  /**
+   * A server the user runs in the sandbox (E2B's `getHost(port)`): HTTP/1.1
+   * through the guest init's port forwarder. Public, as on E2B, unless the
+   * sandbox was created with allowPublicTraffic: false.
+   */
+  const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
+    if (route.trafficToken !== undefined && req.headers["e2b-traffic-access-token"] !== route.trafficToken) {
+      return sendProxyError(res, 403, `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`, false);
+    }
+    if (req.httpVersionMajor === 2) {
+      return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
+    }
+    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), (err) => `sandbox ${sandboxId}: ${err.message}`);
+  };
+
+  const forward = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    sandboxId: string,
+    agent: http.Agent,
+    describe: (err: NodeJS.ErrnoException) => string = (err) =>
+      `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`,
+  ): void => {
     metrics.streamOpened();
     let closed = false;
     const upstream = http.request({
@@ -147,13 +165,17 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       });
       upRes.pipe(res);
     });
+    // A protocol switch (WebSocket) is not carried yet: say so rather than leave the client waiting.
+    upstream.on("upgrade", (_upRes, socket: { destroy(): void }) => {
+      socket.destroy();
+      if (!res.headersSent) sendProxyError(res, 502, `sandbox ${sandboxId}: protocol upgrades (WebSocket) are not proxied yet`, false);
+    });
     upstream.on("error", (err: NodeJS.ErrnoException) => {
       if (res.headersSent || res.destroyed || closed) {
         res.destroy();
         return;
       }
-      const message = `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`;
-      sendProxyError(res, 502, message, isConnectPath(req.url));
+      sendProxyError(res, 502, describe(err), isConnectPath(req.url));
     });
     req.on("data", (chunk: Buffer) => metrics.addProxiedBytes("in", chunk.length));
     // pipe (not pipeline): an upstream failure must not destroy `req`, or the socket goes before the 502.

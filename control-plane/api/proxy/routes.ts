@@ -5,6 +5,8 @@ export interface SandboxRoute {
   token: string;
   /** Its hybrid-vsock socket. */
   socketPath: string;
+  /** Required on user-port requests (`e2b-traffic-access-token`) when the sandbox was made with allowPublicTraffic: false. */
+  trafficToken: string | undefined;
   expires: number;
 }
 
@@ -36,7 +38,9 @@ export class RouteCache {
     if (hit && hit.expires > now) return hit;
     const gen = this.generation;
     const { sandbox, socketPath } = await this.manager.route(id);
-    const route = { token: sandbox.envdAccessToken, socketPath, expires: now + this.ttlMs };
+    const network = sandbox.network as { allowPublicTraffic?: unknown } | undefined;
+    const trafficToken = network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
+    const route = { token: sandbox.envdAccessToken, socketPath, trafficToken, expires: now + this.ttlMs };
     if (this.generation === gen) this.routes.set(id, route);
     return route;
   }

@@ -87,8 +87,8 @@ export function templateSetupScript(o: LaunchOptions, rootfsDir: string): string
     `echo ${id} > /proc/sys/kernel/hostname 2>/dev/null || true`,
   ];
   if (o.isolateNet) s.push(`ip link set lo up 2>/dev/null || true`);
-  s.push(
-    `exec ${shq(GUEST.init)} --hybrid-listen ${shq(`${HOST_DIR_INSIDE}/envd.sock`)} --no-mounts --hostname ${id}`,
-  );
+  // User ports are forwarded only where the sandbox has its own network (its 127.0.0.1 is not the host's).
+  const forward = o.isolateNet ? " --forward-ports" : "";
+  s.push(`exec ${shq(GUEST.init)} --hybrid-listen ${shq(`${HOST_DIR_INSIDE}/envd.sock`)} --no-mounts --hostname ${id}${forward}`);
   return s.join("\n");
 }
