@@ -1,6 +1,9 @@
 // Runs the guest init (rootfs/init, built by ensureInitBinary) as an
 // ordinary process in process mode, with this repo's envd behind it, and
 // reads /proc around it. Used by test/rootfs/init.test.ts.
+import http from "node:http";
+import net from "node:net";
+import { dialHybridVsock, FORWARD_PORT } from "../../control-plane/transport/hybrid-vsock.js";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -120,4 +123,93 @@ export function which(cmd: string): string | undefined {
     if (existsSync(p)) return p;
   }
   return undefined;
+}
+
+// Raw clients of the init's hybrid-vsock socket, shared by test/rootfs/init*.test.ts.
+export interface Res {
+  status: number;
+  body: Buffer;
+}
+
+export function request(agent: http.Agent, method: string, path: string, body?: Buffer, onResponse?: (res: http.IncomingMessage) => void): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    const headers = body ? { "content-type": "application/octet-stream", "content-length": String(body.length) } : {};
+    const req = http.request({ host: "envd", path, method, agent, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks) }));
+      res.on("error", reject);
+      onResponse?.(res);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/** Writes `bytes` on a fresh connection to the hybrid socket and returns what came back before it closed. */
+export function rawExchange(socketPath: string, bytes: string): Promise<{ data: string; error?: string }> {
+  return import("node:net").then(
+    ({ default: netMod }) =>
+      new Promise((resolve) => {
+        const s = netMod.createConnection(socketPath, () => s.write(bytes));
+        let data = "";
+        let error: string | undefined;
+        s.on("data", (c: Buffer) => (data += c.toString("latin1")));
+        s.on("error", (e: NodeJS.ErrnoException) => (error = e.code));
+        s.on("close", () => resolve({ data, error }));
+      }),
+  );
+}
+
+/** Reads one `\n`-terminated line from `s`, leaving what follows it in the stream. */
+export function readLine(s: net.Socket): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buffered = Buffer.alloc(0);
+    const done = (err?: Error, line?: string) => {
+      s.off("data", onData);
+      s.off("close", onClose);
+      if (err) reject(err);
+      else resolve(line!);
+    };
+    const onClose = () => done(new Error(`closed before a line; got '${buffered.toString("latin1")}'`));
+    const onData = (c: Buffer) => {
+      buffered = Buffer.concat([buffered, c]);
+      const nl = buffered.indexOf(10);
+      if (nl < 0) return;
+      s.pause();
+      if (nl + 1 < buffered.length) s.unshift(buffered.subarray(nl + 1));
+      done(undefined, buffered.subarray(0, nl).toString("latin1"));
+    };
+    s.on("data", onData);
+    s.once("close", onClose);
+  });
+}
+
+/** Through the init's forwarder (`CONNECT 49982`, then `TCP <port>`) to 127.0.0.1:port; resolves (paused) once `OK` came. */
+export async function dialForward(socketPath: string, port: number): Promise<net.Socket> {
+  const s = await dialHybridVsock(socketPath, FORWARD_PORT);
+  s.write(`TCP ${port}\n`);
+  const line = await readLine(s);
+  if (line !== "OK") {
+    s.destroy();
+    throw new Error(`forwarder answered '${line}'`);
+  }
+  return s;
+}
+
+/** A TCP server on 127.0.0.1 that calls `onConn` for each connection; resolves with it listening. */
+export async function tcpServer(onConn: (s: net.Socket) => void): Promise<{ server: net.Server; port: number }> {
+  const server = net.createServer({ allowHalfOpen: true }, onConn);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { server, port: (server.address() as net.AddressInfo).port };
+}
+
+export function readAll(s: net.Socket): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let data = "";
+    s.on("data", (c: Buffer) => (data += c.toString("latin1")));
+    s.on("end", () => resolve(data));
+    s.on("error", reject);
+    s.resume(); // dialForward leaves it paused
+  });
 }

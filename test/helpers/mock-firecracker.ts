@@ -75,7 +75,6 @@ class Fault extends Error {}
 // ---- vsock: hybrid-vsock on uds_path, proxied to the test's envd ----
 const conns = new Set<net.Socket>();
 let nextHostPort = 1 << 30;
-let vsockServer: net.Server | undefined;
 
 function dialEnvd(): net.Socket | undefined {
   const target = process.env.MOCK_FIRECRACKER_ENVD;
@@ -127,7 +126,7 @@ function serveVsock(udsPath: string): Promise<void> {
     };
     conn.on("data", onData);
   });
-  vsockServer = server;
+
   return new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(udsPath, () => resolve());

@@ -5,11 +5,10 @@
 // listener's bind, and (as root) as PID 1 of a pid namespace.
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import http from "node:http";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -29,6 +28,9 @@ import {
   startInitWithEnvd,
   waitFor,
   which,
+  request,
+  rawExchange,
+  readAll,
   type RunningInit,
 } from "../helpers/guest-init.js";
 import { run } from "../helpers/process.js";
@@ -47,94 +49,6 @@ beforeAll(async () => {
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
-
-interface Res {
-  status: number;
-  body: Buffer;
-}
-
-function request(agent: http.Agent, method: string, path: string, body?: Buffer, onResponse?: (res: http.IncomingMessage) => void): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const headers = body ? { "content-type": "application/octet-stream", "content-length": String(body.length) } : {};
-    const req = http.request({ host: "envd", path, method, agent, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks) }));
-      res.on("error", reject);
-      onResponse?.(res);
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
-}
-
-/** Writes `bytes` on a fresh connection to the hybrid socket and returns what came back before it closed. */
-function rawExchange(socketPath: string, bytes: string): Promise<{ data: string; error?: string }> {
-  return import("node:net").then(
-    ({ default: netMod }) =>
-      new Promise((resolve) => {
-        const s = netMod.createConnection(socketPath, () => s.write(bytes));
-        let data = "";
-        let error: string | undefined;
-        s.on("data", (c: Buffer) => (data += c.toString("latin1")));
-        s.on("error", (e: NodeJS.ErrnoException) => (error = e.code));
-        s.on("close", () => resolve({ data, error }));
-      }),
-  );
-}
-
-/** Reads one `\n`-terminated line from `s`, leaving what follows it in the stream. */
-function readLine(s: net.Socket): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let buffered = Buffer.alloc(0);
-    const done = (err?: Error, line?: string) => {
-      s.off("data", onData);
-      s.off("close", onClose);
-      if (err) reject(err);
-      else resolve(line!);
-    };
-    const onClose = () => done(new Error(`closed before a line; got '${buffered.toString("latin1")}'`));
-    const onData = (c: Buffer) => {
-      buffered = Buffer.concat([buffered, c]);
-      const nl = buffered.indexOf(10);
-      if (nl < 0) return;
-      s.pause();
-      if (nl + 1 < buffered.length) s.unshift(buffered.subarray(nl + 1));
-      done(undefined, buffered.subarray(0, nl).toString("latin1"));
-    };
-    s.on("data", onData);
-    s.once("close", onClose);
-  });
-}
-
-/** Through the init's forwarder (`CONNECT 49982`, then `TCP <port>`) to 127.0.0.1:port; resolves (paused) once `OK` came. */
-async function dialForward(socketPath: string, port: number): Promise<net.Socket> {
-  const s = await dialHybridVsock(socketPath, FORWARD_PORT);
-  s.write(`TCP ${port}\n`);
-  const line = await readLine(s);
-  if (line !== "OK") {
-    s.destroy();
-    throw new Error(`forwarder answered '${line}'`);
-  }
-  return s;
-}
-
-/** A TCP server on 127.0.0.1 that calls `onConn` for each connection; resolves with it listening. */
-async function tcpServer(onConn: (s: net.Socket) => void): Promise<{ server: net.Server; port: number }> {
-  const server = net.createServer({ allowHalfOpen: true }, onConn);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { server, port: (server.address() as net.AddressInfo).port };
-}
-
-function readAll(s: net.Socket): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let data = "";
-    s.on("data", (c: Buffer) => (data += c.toString("latin1")));
-    s.on("end", () => resolve(data));
-    s.on("error", reject);
-    s.resume(); // dialForward leaves it paused
-  });
-}
 
 describe.skipIf(!hasGcc)("ensureInitBinary", () => {
   it("builds one static binary per source version and reuses it", async () => {
@@ -329,167 +243,6 @@ describe.skipIf(!hasGcc)("guest init, process mode, with envd behind it", () => 
     expect(procInfo(stubborn)).toBeUndefined();
     expect(procInfo(envd)).toBeUndefined();
     expect(existsSync(host)).toBe(false);
-  });
-});
-
-describe.skipIf(!hasGcc)("guest init, process mode, port forwarding (--forward-ports)", () => {
-  let dir: string;
-  let init: RunningInit;
-  let host: string;
-  const servers: net.Server[] = [];
-
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), "l2b-init-fwd-"));
-    host = join(dir, "host.sock");
-    init = startInitWithEnvd(binary, dir, ["--envd-log", "warn", "--forward-ports"]);
-    await init.waitForLog(/listening on unix:.*host\.sock \(hybrid vsock, ports 49983 and 49982\)/);
-  });
-  afterAll(async () => {
-    for (const s of servers) s.close();
-    if (init && init.child.exitCode === null && init.child.signalCode === null) {
-      init.child.kill("SIGKILL");
-      await init.exited;
-    }
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  async function echoServer(): Promise<number> {
-    const { server, port } = await tcpServer((s) => s.pipe(s)); // ends its side once the client's EOF came
-    servers.push(server);
-    return port;
-  }
-
-  it("answers OK 49982, then OK once connected, keeping bytes sent before the OK", async () => {
-    const port = await echoServer();
-    // Handshake, request and the first bytes of the stream in one write.
-    const s = net.createConnection(host);
-    const all = readAll(s);
-    s.end(`CONNECT 49982\nTCP ${port}\nhello, port ${port}`);
-    expect(await all).toBe(`OK 49982\nOK\nhello, port ${port}`);
-  });
-
-  it("moves 16 MiB each way intact and passes the host's half-close on", async () => {
-    const data = randomBytes(16 * MiB);
-    const sum = createHash("sha256").update(data).digest("hex");
-    let serverGot: Promise<{ hash: string; bytes: number }> | undefined;
-    const { server, port } = await tcpServer((s) => {
-      const h = createHash("sha256");
-      let bytes = 0;
-      serverGot = new Promise((resolve) =>
-        s.on("end", () => {
-          resolve({ hash: h.digest("hex"), bytes });
-          s.end(`\nthe end (${bytes} bytes)`); // an answer after the client's EOF: a half-close reached us
-        }),
-      );
-      s.on("data", (c: Buffer) => {
-        h.update(c);
-        bytes += c.length;
-        s.write(c);
-      });
-    });
-    servers.push(server);
-    const s = await dialForward(host, port);
-    const h = createHash("sha256");
-    const chunks: Buffer[] = [];
-    const done = new Promise<void>((resolve, reject) => {
-      s.on("data", (c: Buffer) => chunks.push(c));
-      s.on("end", resolve);
-      s.on("error", reject);
-    });
-    s.resume();
-    s.end(data);
-    await done;
-    const got = Buffer.concat(chunks);
-    expect(await serverGot).toEqual({ hash: sum, bytes: data.length });
-    expect(got.length).toBe(data.length + `\nthe end (${data.length} bytes)`.length);
-    expect(h.update(got.subarray(0, data.length)).digest("hex")).toBe(sum);
-    expect(got.subarray(data.length).toString()).toBe(`\nthe end (${data.length} bytes)`);
-  });
-
-  it("passes the server's half-close on, and still relays what the host sends after it", async () => {
-    let serverGot: Promise<string> | undefined;
-    const { server, port } = await tcpServer((s) => {
-      s.end("bye first\n"); // the server stops writing at once but keeps reading
-      serverGot = readAll(s);
-    });
-    servers.push(server);
-    const s = new net.Socket({ allowHalfOpen: true });
-    await new Promise<void>((resolve) => s.connect(host, resolve));
-    const all = readAll(s);
-    s.write(`CONNECT 49982\nTCP ${port}\n`);
-    expect((await all).split("\n")).toEqual(["OK 49982", "OK", "bye first", ""]); // EOF reached the host
-    s.end("still heard\n");
-    expect(await serverGot).toBe("still heard\n");
-  });
-
-  it("answers ERR <port>: connection refused for a port nothing listens on", async () => {
-    const { server, port } = await tcpServer(() => {});
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-    const r = await rawExchange(host, `CONNECT 49982\nTCP ${port}\n`);
-    expect(r.data).toBe(`OK 49982\nERR ${port}: connection refused\n`);
-    await expect(dialForward(host, port)).rejects.toThrow(new RegExp(`forwarder answered 'ERR ${port}: connection refused'`));
-  });
-
-  const python = which("python3");
-  it.skipIf(!python)("answers ERR <port>: timed out when the connect takes more than 10 s", async () => {
-    // A listener that never accepts, its backlog full: further SYNs are dropped and the connect hangs.
-    const py = spawn(python!, ["-c", "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(60)"]);
-    const fill: net.Socket[] = [];
-    try {
-      const port = await new Promise<number>((resolve) => py.stdout.once("data", (d: Buffer) => resolve(Number(d.toString().trim()))));
-      for (let i = 0; i < 3; i++) fill.push(net.createConnection(port, "127.0.0.1").on("error", () => {}));
-      await new Promise((r) => setTimeout(r, 300));
-      const t0 = Date.now();
-      const r = await rawExchange(host, `CONNECT 49982\nTCP ${port}\n`);
-      expect(r.data).toBe(`OK 49982\nERR ${port}: timed out\n`);
-      expect(Date.now() - t0).toBeGreaterThanOrEqual(9900);
-    } finally {
-      for (const f of fill) f.destroy();
-      py.kill();
-    }
-  }, 30_000);
-
-  it("answers ERR bad request for anything but TCP <1..65535>", async () => {
-    const bad = ["TCP 0\n", "TCP 65536\n", "TCP 99999999\n", "UDP 80\n", "tcp 80\n", "TCP\n", "TCP 8o\n", "TCP  80\n", "\n", `TCP ${"1".repeat(40)}`];
-    for (const line of bad) {
-      const r = await rawExchange(host, `CONNECT 49982\n${line}`);
-      expect(r.data, JSON.stringify(line)).toBe("OK 49982\nERR bad request\n");
-    }
-    // The request line may arrive in pieces.
-    const port = await echoServer();
-    const s = net.createConnection(host);
-    const all = readAll(s);
-    s.write("CONNECT 49982\nTC");
-    await new Promise((r) => setTimeout(r, 50));
-    s.write(`P ${port}`);
-    await new Promise((r) => setTimeout(r, 50));
-    s.end("\nx");
-    expect(await all).toBe("OK 49982\nOK\nx");
-  });
-
-  it("serves envd on 49983 alongside, and many forwarded connections at once, closing them all after", async () => {
-    const port = await echoServer();
-    const open = await dialForward(host, port);
-    const agent = new HybridVsockAgent(host, ENVD_PORT);
-    try {
-      expect((await request(agent, "GET", "/health")).status).toBe(204);
-    } finally {
-      agent.destroy();
-    }
-    const fdsBefore = fdCount(init.pid);
-    const replies = await Promise.all(
-      Array.from({ length: 100 }, async (_, i) => {
-        const s = await dialForward(host, port);
-        const all = readAll(s);
-        s.end(`message ${i}`);
-        return all;
-      }),
-    );
-    expect(replies).toEqual(Array.from({ length: 100 }, (_, i) => `message ${i}`));
-    const still = readAll(open);
-    open.end("still open");
-    expect(await still).toBe("still open");
-    await waitFor(() => fdCount(init.pid) <= fdsBefore - 2, 10_000, "the init to close the forwarded connections");
   });
 });
 
