@@ -51,9 +51,18 @@ export interface TreeWatcherOptions {
  * cache per directory to tell creates, writes, chmods, removes and renames
  * apart, since `fs.watch` only says "rename" or "change".
  */
+/** How long a name seen appearing (but already gone) waits for the notification of its going. */
+const GHOST_MS = 2_000;
+
 export class TreeWatcher {
   private readonly nodes = new Map<string, DirNode>();
   private readonly pending = new Map<string, Pending>();
+  /**
+   * Names that appeared (one "rename" notification) but were already gone
+   * when we looked, and not known before: the notification of their going
+   * may come in the next burst. path → when seen.
+   */
+  private readonly ghosts = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private closed = false;
@@ -239,11 +248,14 @@ export class TreeWatcher {
     // Names that appeared and vanished between two looks (no inode to match):
     // a known entry of the same directory that vanished before one of them
     // most likely moved there.
+    // (A single notification counts: the name's removal may come in the next burst.)
     const transients = new Set<number>();
     items.forEach((it, i) => {
       const selfEvent = it.name === basename(it.dir) || selfGone.has(it.dir);
-      if (!selfEvent && snaps[i] === null && it.renames >= 2 && !this.nodes.get(it.dir)?.entries.has(it.name)) transients.add(i);
+      if (!selfEvent && snaps[i] === null && it.renames >= 1 && !this.nodes.get(it.dir)?.entries.has(it.name)) transients.add(i);
     });
+    const now = Date.now();
+    for (const [path, at] of this.ghosts) if (now - at > GHOST_MS) this.ghosts.delete(path);
     const movedToTransient = (i: number): boolean => {
       for (const j of transients) {
         if (j > i && items[j]!.dir === items[i]!.dir) {
@@ -276,14 +288,18 @@ export class TreeWatcher {
           // Written, then gone before we looked: the write still happened.
           if (it.changes > 0 && !old.dir) emit(path, EventType.WRITE);
           emit(path, created.has(old.ino) || movedToTransient(i) ? EventType.RENAME : EventType.REMOVE);
-        } else if (it.renames >= 2 && !selfGone.has(it.dir)) {
-          // Appeared and vanished between two looks.
+        } else if (!selfGone.has(it.dir) && it.name !== basename(it.dir) && (it.renames >= 2 || this.ghosts.has(path))) {
+          // Appeared and vanished between two looks (its two notifications in one burst, or across two).
+          this.ghosts.delete(path);
           emit(path, EventType.CREATE);
           emit(path, EventType.REMOVE);
+        } else if (it.renames === 1 && !selfGone.has(it.dir) && it.name !== basename(it.dir)) {
+          this.ghosts.set(path, now);
         }
         continue;
       }
       node.entries.set(it.name, snap);
+      this.ghosts.delete(path);
       if (!old || old.ino !== snap.ino || old.dir !== snap.dir) {
         if (old?.dir) this.closeSubtree(path);
         emit(path, EventType.CREATE);
