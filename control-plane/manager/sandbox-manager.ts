@@ -214,6 +214,7 @@ export class SandboxManager {
       const warm = this.warm.take();
       if (warm && warm.runtime === runtime) {
         const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
+          if (err instanceof ControlPlaneError) throw err; // capacity: the same answer a new one would get
           this.o.log.warn({ err, sandboxId: warm.id }, "handing out a warm sandbox failed: starting a new one");
           return undefined;
         });
@@ -253,18 +254,18 @@ export class SandboxManager {
   /** Hands a warm sandbox out: its record, then the create's settings through /init. */
   private claimWarm(warm: WarmSandbox, input: CreateSandboxInput, shape: WarmShape, timeout: number): Promise<SandboxRecord> {
     return this.locks.run(warm.id, async () => {
-      checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
       const now = Date.now();
-      const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
       try {
+        checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
+        const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         await pushInit(this.o.envd, rec, warm.inst);
+        return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
         this.o.pool.forget(warm.id);
         await this.warm!.discard(warm);
         throw err;
       }
-      return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
     });
   }
 

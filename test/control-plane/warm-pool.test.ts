@@ -74,6 +74,30 @@ describe("warm pool (process runtime)", () => {
   });
 });
 
+describe("warm pool and capacity", () => {
+  it("a create over the sandbox limit is refused without using up or leaking a warm sandbox", async () => {
+    const cp = await startTestControlPlane({ warmPool: 1, limits: { maxSandboxes: 1 } });
+    const restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    try {
+      await waitFor(() => cp.manager.warmCount === 1, "a warm sandbox");
+      const first = await Sandbox.create("base");
+      await waitFor(() => cp.manager.warmCount === 1, "the refill");
+      const err = await Sandbox.create("base").then(
+        () => undefined,
+        (e: Error) => e,
+      );
+      expect(err?.message).toMatch(/sandbox limit reached/);
+      // The refused create's warm sandbox was discarded and replaced: still one, and no stray dirs.
+      await waitFor(() => cp.manager.warmCount === 1 && warmIds(cp).length === 1, "the pool back at one");
+      expect(cp.manager.list().map((s) => s.id)).toEqual([first.sandboxId]);
+      await first.kill();
+    } finally {
+      restore();
+      await cp.close();
+    }
+  });
+});
+
 describe("warm sandboxes a crashed server left behind", () => {
   it("are killed and removed by the next start", { timeout: 120_000 }, async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "locale2b-warm-"));
