@@ -2,7 +2,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import http from "node:http";
 import net from "node:net";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentPool, dialHybridVsock, DialError } from "../../control-plane/transport/hybrid-vsock.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
@@ -19,6 +19,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await envd?.close();
+  if (sock) (await import("node:fs")).rmSync(dirname(sock), { recursive: true, force: true });
 });
 
 function get(agent: http.Agent, path: string): Promise<{ status: number; body: string }> {
@@ -102,7 +103,8 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
       s.on("error", () => undefined);
     });
     await new Promise<void>((r) => server.listen(path, r));
-    return { path, seen, dials: () => dials, close: () => server.close() };
+    const { rmSync } = await import("node:fs");
+    return { path, seen, dials: () => dials, close: () => server.close(() => rmSync(dirname(path), { recursive: true, force: true })) };
   }
   const tick = (ms = 100) => new Promise((r) => setTimeout(r, ms));
 

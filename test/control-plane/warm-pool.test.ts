@@ -2,7 +2,7 @@
 // the default shape with that create's own settings (envs, metadata, tokens),
 // refilled in the background, never listed, killed when the server stops, and
 // cleaned up by the next start when a crash left them behind.
-import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
@@ -115,6 +115,7 @@ describe("warm sandboxes a crashed server left behind", () => {
       await waitFor(() => pidsOf(dir).length === 0, "the leftover's processes to end");
     } finally {
       await next.close();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });

@@ -2,7 +2,7 @@
 // are detached, so the VMs live on; the next start re-adopts them (QMP again,
 // the same vsock socket), a paused one stays paused and resumes, and a VM
 // that died meanwhile is marked dead.
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
@@ -51,6 +51,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
     } finally {
       restore();
       await cp.close(); // kills what is left
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });
