@@ -143,6 +143,50 @@ function xmlAttrs(text) {
   return attrs;
 }
 
+/** Runs pytest in the venv and counts its junit report under `label`. */
+function runPytest(python, label, targets, env = {}) {
+  const pyDir = mkdtempSync(join(tmpdir(), "locale2b-pytest-"));
+  const junit = join(pyDir, "junit.xml");
+  try {
+    // Split like a shell would for simple cases: LOCALE2B_PYTEST_ARGS='-k "pty or watch" -x'.
+    const extra = [...(process.env.LOCALE2B_PYTEST_ARGS ?? "").matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)].map((m) => m[1] ?? m[2] ?? m[3]);
+    const args = ["-m", "pytest", ...targets, "-q", `--junitxml=${junit}`, ...extra];
+    const shownEnv = Object.entries(env).map(([k, v]) => `${k}=${v} `).join("");
+    process.stdout.write(`\n=== ${label}: ${shownEnv}${python} ${args.map((a) => a.replace(junit, "<tmp>/junit.xml")).join(" ")}\n`);
+    // pytest-timeout bounds each test; this bounds the whole run.
+    const r = spawnSync(python, args, { cwd: root, stdio: "inherit", timeout: 45 * 60_000, killSignal: "SIGTERM", env: { ...process.env, ...env } });
+    const code = r.error ? `error ${r.error.message}` : (r.status ?? `signal ${r.signal}`);
+    if (!existsSync(junit)) {
+      fail(`${label}: pytest wrote no report (exit ${code})`);
+      return;
+    }
+    const xml = readFileSync(junit, "utf8");
+    const failedBefore = failed;
+    for (const m of xml.matchAll(/<testsuite\b([^>]*)>/g)) {
+      const a = xmlAttrs(m[1]);
+      const tests = Number(a.tests ?? 0);
+      const bad = Number(a.failures ?? 0) + Number(a.errors ?? 0);
+      const skip = Number(a.skipped ?? 0);
+      passed += Math.max(0, tests - bad - skip);
+      failed += bad;
+      skipped += skip;
+    }
+    for (const m of xml.matchAll(/<testcase\b([^>]*?)(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
+      const a = xmlAttrs(m[1]);
+      const name = `${label} > ${a.classname ? `${a.classname}.` : ""}${a.name}`;
+      const body = m[2] ?? "";
+      if (/<(failure|error)\b/.test(body)) failures.push(name);
+      else {
+        const sk = body.match(/<skipped\b([^>]*)/);
+        if (sk) skips.push(`${name} [${xmlAttrs(sk[1]).message ?? "skipped"}]`);
+      }
+    }
+    if (code !== 0 && failed === failedBefore) fail(`${label}: pytest exited with ${code} though no test failed`);
+  } finally {
+    rmSync(pyDir, { recursive: true, force: true });
+  }
+}
+
 if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
   skipped++;
   skips.push("Python e2b SDK suite: LOCALE2B_TEST_NO_PYTHON=1");
@@ -154,44 +198,12 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
     skipped++;
     skips.push("Python e2b SDK suite: no venv; .ci/run creates it (scripts/setup-python-tests.sh)");
   } else {
-    const pyDir = mkdtempSync(join(tmpdir(), "locale2b-pytest-"));
-    const junit = join(pyDir, "junit.xml");
-    try {
-      // Split like a shell would for simple cases: LOCALE2B_PYTEST_ARGS='-k "pty or watch" -x'.
-      const extra = [...(process.env.LOCALE2B_PYTEST_ARGS ?? "").matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)].map((m) => m[1] ?? m[2] ?? m[3]);
-      const args = ["-m", "pytest", "test/python", "-q", `--junitxml=${junit}`, ...extra];
-      process.stdout.write(`\n=== Python e2b SDK suite: ${python} ${args.map((a) => a.replace(junit, "<tmp>/junit.xml")).join(" ")}\n`);
-      // pytest-timeout bounds each test; this bounds the whole run.
-      const r = spawnSync(python, args, { cwd: root, stdio: "inherit", timeout: 45 * 60_000, killSignal: "SIGTERM" });
-      const code = r.error ? `error ${r.error.message}` : (r.status ?? `signal ${r.signal}`);
-      if (!existsSync(junit)) {
-        fail(`Python e2b SDK suite: pytest wrote no report (exit ${code})`);
-      } else {
-        const xml = readFileSync(junit, "utf8");
-        const failedBefore = failed;
-        for (const m of xml.matchAll(/<testsuite\b([^>]*)>/g)) {
-          const a = xmlAttrs(m[1]);
-          const tests = Number(a.tests ?? 0);
-          const bad = Number(a.failures ?? 0) + Number(a.errors ?? 0);
-          const skip = Number(a.skipped ?? 0);
-          passed += Math.max(0, tests - bad - skip);
-          failed += bad;
-          skipped += skip;
-        }
-        for (const m of xml.matchAll(/<testcase\b([^>]*?)(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
-          const a = xmlAttrs(m[1]);
-          const name = `test/python > ${a.classname ? `${a.classname}.` : ""}${a.name}`;
-          const body = m[2] ?? "";
-          if (/<(failure|error)\b/.test(body)) failures.push(name);
-          else {
-            const sk = body.match(/<skipped\b([^>]*)/);
-            if (sk) skips.push(`${name} [${xmlAttrs(sk[1]).message ?? "skipped"}]`);
-          }
-        }
-        if (code !== 0 && failed === failedBefore) fail(`Python e2b SDK suite: pytest exited with ${code} though no test failed`);
-      }
-    } finally {
-      rmSync(pyDir, { recursive: true, force: true });
+    runPytest(python, "test/python", ["test/python"]);
+    // 4b: the sandbox-side part of the suite (commands, files, PTY) against QEMU microVMs,
+    // when the VM suite can run here (the images were built above).
+    if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasQemu() && process.getuid?.() === 0 && failures.every((f) => !/template build|kernel build/.test(f))) {
+      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
     }
   }
 }
