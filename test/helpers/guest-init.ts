@@ -213,3 +213,24 @@ export function readAll(s: net.Socket): Promise<string> {
     s.resume(); // dialForward leaves it paused
   });
 }
+
+/**
+ * Ends a test's init and what it started: SIGTERM (the init stops envd and
+ * its other children, then exits), then SIGKILL for anything left, the init's
+ * children included, so no envd outlives the test.
+ */
+export async function stopInit(init: RunningInit | undefined): Promise<void> {
+  if (!init || init.child.exitCode !== null || init.child.signalCode !== null) return;
+  const children = childrenOf(init.pid).map((p) => p.pid);
+  init.child.kill("SIGTERM");
+  const done = await Promise.race([init.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000))]);
+  if (!done) init.child.kill("SIGKILL");
+  for (const pid of children) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  await init.exited;
+}

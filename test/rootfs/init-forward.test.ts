@@ -23,6 +23,7 @@ import {
   tcpServer,
   waitFor,
   which,
+  stopInit,
   type RunningInit,
 } from "../helpers/guest-init.js";
 
@@ -54,10 +55,7 @@ describe.skipIf(!hasGcc)("guest init, process mode, port forwarding (--forward-p
   });
   afterAll(async () => {
     for (const s of servers) s.close();
-    if (init && init.child.exitCode === null && init.child.signalCode === null) {
-      init.child.kill("SIGKILL");
-      await init.exited;
-    }
+    await stopInit(init);
     rmSync(dir, { recursive: true, force: true });
   });
 

@@ -31,6 +31,7 @@ import {
   request,
   rawExchange,
   readAll,
+  stopInit,
   type RunningInit,
 } from "../helpers/guest-init.js";
 import { run } from "../helpers/process.js";
@@ -97,10 +98,7 @@ describe.skipIf(!hasGcc)("guest init, process mode, with envd behind it", () => 
   });
   afterAll(async () => {
     agent?.destroy();
-    if (init && init.child.exitCode === null && init.child.signalCode === null) {
-      init.child.kill("SIGKILL");
-      await init.exited;
-    }
+    await stopInit(init);
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -270,7 +268,7 @@ describe.skipIf(!hasGcc)("guest init under a small open-files limit", () => {
       init.child.kill("SIGTERM");
       expect(await init.exited).toEqual({ code: 0, signal: null });
     } finally {
-      if (init.child.exitCode === null && init.child.signalCode === null) init.child.kill("SIGKILL");
+      await stopInit(init);
       rmSync(dir, { recursive: true, force: true });
     }
   });
