@@ -2,14 +2,14 @@
 // are detached, so the VMs live on; the next start re-adopts them (QMP again,
 // the same vsock socket), a paused one stays paused and resumes, and a VM
 // that died meanwhile is marked dead.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
 import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
-import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
+import { cmdline, isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
@@ -51,6 +51,10 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
     } finally {
       restore();
       await cp.close(); // kills what is left
+      // Whatever a failure left between the two servers: no VM outlives the test.
+      for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number)) {
+        if (cmdline(pid).some((a) => a.includes(dataDir))) process.kill(pid, "SIGKILL");
+      }
       rmSync(dataDir, { recursive: true, force: true });
     }
   });
