@@ -64,11 +64,18 @@ export async function dialGuestPort(
   return socket;
 }
 
+/** Why a line could not be read: nothing in time, the peer closed (or failed), or no newline in 256 bytes. */
+class LineError extends Error {
+  constructor(readonly reason: "timeout" | "closed" | "too long") {
+    super(reason === "timeout" ? "timed out" : reason === "closed" ? "the connection closed" : "answer too long");
+  }
+}
+
 /** Reads one `\n`-terminated line (at most 256 bytes), leaving what follows unread. */
 function readLine(socket: net.Socket, timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let buffered = Buffer.alloc(0);
-    const done = (err: Error | undefined, line?: string) => {
+    const done = (err: LineError | undefined, line?: string) => {
       clearTimeout(timer);
       socket.off("data", onData);
       socket.off("close", onClose);
@@ -76,13 +83,13 @@ function readLine(socket: net.Socket, timeoutMs: number): Promise<string> {
       if (err) reject(err);
       else resolve(line!);
     };
-    const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
-    const onClose = () => done(new Error("the connection closed"));
+    const timer = setTimeout(() => done(new LineError("timeout")), timeoutMs);
+    const onClose = () => done(new LineError("closed"));
     const onData = (chunk: Buffer) => {
       buffered = Buffer.concat([buffered, chunk]);
       const nl = buffered.indexOf(10);
       if (nl < 0) {
-        if (buffered.length > 256) done(new Error("answer too long"));
+        if (buffered.length > 256) done(new LineError("too long"));
         return;
       }
       const rest = buffered.subarray(nl + 1);
@@ -95,51 +102,38 @@ function readLine(socket: net.Socket, timeoutMs: number): Promise<string> {
   });
 }
 
-function dialOnce(socketPath: string, port: number, timeoutMs: number): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = net.createConnection(socketPath);
-    let buffered = Buffer.alloc(0);
-    const fail = (err: DialError) => {
-      cleanup();
-      socket.destroy();
-      reject(err);
-    };
-    const timer = setTimeout(
-      () => fail(new DialError(`sandbox did not answer the vsock handshake on ${socketPath} within ${timeoutMs} ms`, "ETIMEDOUT")),
-      timeoutMs,
-    );
-    const onError = (err: NodeJS.ErrnoException) =>
-      fail(new DialError(`cannot reach the sandbox's vsock socket ${socketPath}: ${err.code ?? err.message}`, err.code ?? "EIO"));
-    const onClose = () => fail(new DialError(`the sandbox closed the vsock connection during the handshake (${socketPath})`, "ECONNRESET"));
-    const onData = (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
-      const nl = buffered.indexOf(10);
-      if (nl < 0) {
-        if (buffered.length > 256) fail(new DialError("invalid vsock handshake reply (no newline)", "EPROTO"));
-        return;
-      }
-      const line = buffered.subarray(0, nl).toString("latin1").trim();
-      if (!line.startsWith("OK")) {
-        fail(new DialError(`vsock handshake refused for port ${port}: '${line}'`, "ECONNREFUSED"));
-        return;
-      }
-      cleanup();
-      const rest = buffered.subarray(nl + 1);
-      if (rest.length) socket.unshift(rest);
-      socket.setNoDelay(true);
-      resolve(socket);
-    };
-    const cleanup = () => {
-      clearTimeout(timer);
-      socket.off("error", onError);
-      socket.off("close", onClose);
-      socket.off("data", onData);
-    };
-    socket.on("error", onError);
-    socket.on("close", onClose);
-    socket.on("data", onData);
-    socket.once("connect", () => socket.write(`CONNECT ${port}\n`));
-  });
+/** Connects to the Unix socket, writes `CONNECT <port>`, and reads the `OK` line, all within `timeoutMs`. */
+async function dialOnce(socketPath: string, port: number, timeoutMs: number): Promise<net.Socket> {
+  const deadline = Date.now() + timeoutMs;
+  const timedOut = () => new DialError(`sandbox did not answer the vsock handshake on ${socketPath} within ${timeoutMs} ms`, "ETIMEDOUT");
+  const socket = net.createConnection(socketPath);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(timedOut()), timeoutMs);
+      const onError = (err: NodeJS.ErrnoException) => {
+        clearTimeout(timer);
+        reject(new DialError(`cannot reach the sandbox's vsock socket ${socketPath}: ${err.code ?? err.message}`, err.code ?? "EIO"));
+      };
+      socket.once("error", onError);
+      socket.once("connect", () => {
+        clearTimeout(timer);
+        socket.off("error", onError);
+        resolve();
+      });
+    });
+    socket.write(`CONNECT ${port}\n`);
+    const line = await readLine(socket, Math.max(1, deadline - Date.now())).catch((err: LineError) => {
+      if (err.reason === "timeout") throw timedOut();
+      if (err.reason === "too long") throw new DialError("invalid vsock handshake reply (no newline)", "EPROTO");
+      throw new DialError(`the sandbox closed the vsock connection during the handshake (${socketPath})`, "ECONNRESET");
+    });
+    if (!line.startsWith("OK")) throw new DialError(`vsock handshake refused for port ${port}: '${line}'`, "ECONNREFUSED");
+    socket.setNoDelay(true);
+    return socket;
+  } catch (err) {
+    socket.destroy();
+    throw err;
+  }
 }
 
 /**
