@@ -2,6 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
 import { isRunning, procStat } from "../process/procfs.js";
+import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
 import { FirecrackerApi } from "./api-client.js";
 import { consoleLines } from "./console-log.js";
@@ -43,10 +44,7 @@ export class FirecrackerInstance implements Instance {
   /** A resume restores a snapshot into a new process: every vsock connection is reset, pools must redial. */
   readonly resetsConnectionsOnResume = true;
   private readonly rec: PersistedFirecracker;
-  private readonly exitListeners: ((reason: string) => void)[] = [];
-  private readonly watch: NodeJS.Timeout;
-  private detached = false;
-  private exitReason: string | undefined;
+  private readonly deaths: DeathWatch;
   private killed = false;
   /** A pause or resume is replacing the process: its exit is expected. */
   private busy = false;
@@ -57,10 +55,9 @@ export class FirecrackerInstance implements Instance {
     this.sandboxId = o.record.sandboxId;
     this.socketPath = o.record.vsock;
     if (o.child) this.follow(o.child, this.rec.pid);
-    this.watch = setInterval(() => {
+    this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!this.busy && !this.rec.paused && !isRunning(this.rec.pid, this.rec.startTime)) this.died("firecracker exited");
-    }, WATCH_INTERVAL_MS);
-    this.watch.unref();
+    });
     this.cpuSample = { ns: o.child ? 0 : this.cpuNs(), at: process.hrtime.bigint() };
     this.save();
   }
@@ -103,15 +100,12 @@ export class FirecrackerInstance implements Instance {
   }
 
   private died(why: string): void {
-    if (this.detached) return;
-    if (this.exitReason !== undefined || this.killed) return;
+    if (this.deaths.over || this.killed) return;
     const tail = tailLines(this.o.layout.console, 5);
     const reason = tail.length ? `${why} (last console line: ${tail[tail.length - 1]})` : why;
-    this.exitReason = reason;
-    clearInterval(this.watch);
     this.o.log.warn({ reason, console: tail }, "microVM exited");
     if (this.rec.tap) void deleteTap(this.rec.tap.name);
-    for (const l of this.exitListeners) l(reason);
+    this.deaths.report(reason);
   }
 
   private removeSockets(): void {
@@ -225,7 +219,7 @@ export class FirecrackerInstance implements Instance {
   async kill(): Promise<void> {
     if (this.killed) return;
     this.killed = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
     const { log, layout } = this.o;
     if (this.rec.pid > 0 && !(await stopVmm(this.rec.pid, this.rec.startTime))) {
       log.warn({ pid: this.rec.pid }, "firecracker did not exit after SIGKILL");
@@ -243,7 +237,7 @@ export class FirecrackerInstance implements Instance {
   }
 
   async alive(): Promise<boolean> {
-    if (this.killed || this.exitReason !== undefined) return false;
+    if (this.killed || this.deaths.dead) return false;
     if (this.busy) return true;
     if (this.rec.paused) return existsSync(this.rec.snapshot.vmstate) && existsSync(this.rec.snapshot.memory);
     return isRunning(this.rec.pid, this.rec.startTime);
@@ -279,14 +273,11 @@ export class FirecrackerInstance implements Instance {
   }
 
   detach(): void {
-    this.detached = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
   }
 
   onExit(listener: (reason: string) => void): void {
-    this.exitListeners.push(listener);
-    const reason = this.exitReason;
-    if (reason !== undefined) queueMicrotask(() => listener(reason));
+    this.deaths.onExit(listener);
   }
 
   /** The guest's serial console and Firecracker's messages, timestamped. */

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
+import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
 import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
@@ -59,10 +60,7 @@ export class ProcessInstance implements Instance {
   readonly socketPath: string;
   readonly defaultUser?: string;
   readonly defaultWorkdir?: string;
-  private readonly exitListeners: ((reason: string) => void)[] = [];
-  private readonly watch: NodeJS.Timeout;
-  private detached = false;
-  private exitReason: string | undefined;
+  private readonly deaths: DeathWatch;
   private killed = false;
   private pidNs: string | undefined;
   private cpuSample: { ns: number; at: bigint };
@@ -73,10 +71,9 @@ export class ProcessInstance implements Instance {
     this.defaultUser = o.user;
     this.defaultWorkdir = o.workdir;
     o.child?.once("exit", (code, signal) => this.died(exitReason(code, signal)));
-    this.watch = setInterval(() => {
+    this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!isRunning(o.pid, o.startTime)) this.died("envd exited");
-    }, WATCH_INTERVAL_MS);
-    this.watch.unref();
+    });
     // A new sandbox has used no CPU yet; an adopted one starts counting now.
     this.cpuSample = { ns: o.child ? 0 : this.cpuNs(), at: process.hrtime.bigint() };
   }
@@ -121,17 +118,14 @@ export class ProcessInstance implements Instance {
   }
 
   private died(why: string): void {
-    if (this.detached) return;
-    if (this.exitReason !== undefined || this.killed) return;
+    if (this.deaths.over || this.killed) return;
     const oom = this.o.cgroup?.oomKills();
     const reason = oom ? `${why}; the sandbox ran out of memory (${this.o.memoryMB} MiB)` : why;
-    this.exitReason = reason;
-    clearInterval(this.watch);
     this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox envd exited");
     // The namespace is gone with its init; release the cgroup.
     const cg = this.o.cgroup;
     if (cg) void cg.killAll().then(() => cg.remove()).catch((err: unknown) => this.o.log.warn({ err }, "cannot clean up the sandbox's cgroup"));
-    for (const l of this.exitListeners) l(reason);
+    this.deaths.report(reason);
   }
 
   async pause(): Promise<void> {
@@ -166,7 +160,7 @@ export class ProcessInstance implements Instance {
   async kill(): Promise<void> {
     if (this.killed) return;
     this.killed = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
     const { pid, startTime, log } = this.o;
     const cg = this.o.cgroup;
     if (cg) await cg.killAll().catch((err: unknown) => log.warn({ err }, "cannot kill every process in the sandbox's cgroup"));
@@ -188,7 +182,7 @@ export class ProcessInstance implements Instance {
   }
 
   async alive(): Promise<boolean> {
-    return !this.killed && this.exitReason === undefined && isRunning(this.o.pid, this.o.startTime);
+    return !this.killed && !this.deaths.dead && isRunning(this.o.pid, this.o.startTime);
   }
 
   private cpuNs(): number {
@@ -224,14 +218,11 @@ export class ProcessInstance implements Instance {
   }
 
   detach(): void {
-    this.detached = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
   }
 
   onExit(listener: (reason: string) => void): void {
-    this.exitListeners.push(listener);
-    const reason = this.exitReason;
-    if (reason !== undefined) queueMicrotask(() => listener(reason));
+    this.deaths.onExit(listener);
   }
 
   private logText(): string {

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
+import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
@@ -63,10 +64,7 @@ export class QemuInstance implements Instance {
   readonly socketPath: string;
   readonly quietVsockWhilePaused = true;
   readonly readyTimeoutMs: number;
-  private readonly exitListeners: ((reason: string) => void)[] = [];
-  private readonly watch: NodeJS.Timeout;
-  private detached = false;
-  private exitReason: string | undefined;
+  private readonly deaths: DeathWatch;
   private killed = false;
   private cpuSample: { ns: number; at: bigint };
   bootMs: number | undefined;
@@ -78,11 +76,10 @@ export class QemuInstance implements Instance {
     this.readyTimeoutMs = o.accel === "tcg" ? 180_000 : 30_000;
     o.children?.qemu.once("exit", (code, signal) => this.died(`QEMU exited (${signal ?? `status ${code}`})`));
     o.children?.vhost.once("exit", (code, signal) => this.died(`vhost-device-vsock exited (${signal ?? `status ${code}`})`));
-    this.watch = setInterval(() => {
+    this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!isRunning(o.qemu.pid, o.qemu.startTime)) this.died("QEMU exited");
       else if (!isRunning(o.vhost.pid, o.vhost.startTime)) this.died("vhost-device-vsock exited");
-    }, WATCH_INTERVAL_MS);
-    this.watch.unref();
+    });
     this.cpuSample = { ns: this.cpuNs(), at: process.hrtime.bigint() };
   }
 
@@ -106,7 +103,7 @@ export class QemuInstance implements Instance {
 
   async kill(): Promise<void> {
     this.killed = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
     this.killProcesses();
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
@@ -114,7 +111,7 @@ export class QemuInstance implements Instance {
   }
 
   async alive(): Promise<boolean> {
-    return !this.exitReason && isRunning(this.o.qemu.pid, this.o.qemu.startTime) && isRunning(this.o.vhost.pid, this.o.vhost.startTime);
+    return !this.deaths.dead && isRunning(this.o.qemu.pid, this.o.qemu.startTime) && isRunning(this.o.vhost.pid, this.o.vhost.startTime);
   }
 
   async stats(): Promise<InstanceStats> {
@@ -146,14 +143,12 @@ export class QemuInstance implements Instance {
   }
 
   detach(): void {
-    this.detached = true;
-    clearInterval(this.watch);
+    this.deaths.stop();
     this.o.qmp.close();
   }
 
   onExit(listener: (reason: string) => void): void {
-    if (this.exitReason) listener(this.exitReason);
-    else this.exitListeners.push(listener);
+    this.deaths.onExit(listener);
   }
 
   async logs(): Promise<{ timestamp: number; line: string }[]> {
@@ -184,15 +179,12 @@ export class QemuInstance implements Instance {
   }
 
   private died(reason: string): void {
-    if (this.detached) return;
-    if (this.exitReason || this.killed) return;
-    this.exitReason = reason;
-    clearInterval(this.watch);
+    if (this.deaths.over || this.killed) return;
     // The other half is useless alone: a dead daemon leaves the guest unreachable, a dead QEMU leaves
     // host connections open on the daemon. Killing it closes every host connection at once.
     this.killProcesses();
     const tail = tailLines(this.o.layout.console, 5).join(" | ");
     this.o.log.warn({ reason, console: tail }, "microVM exited");
-    for (const l of this.exitListeners.splice(0)) l(reason);
+    this.deaths.report(reason);
   }
 }
