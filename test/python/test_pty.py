@@ -43,6 +43,14 @@ class Terminal:
         assert not self._thread.is_alive(), "the PTY stream did not end"
 
 
+def _running(sandbox: Sandbox, cmdline: str) -> bool:
+    try:
+        sandbox.commands.run(f"pgrep -fx '{cmdline}'")
+        return True
+    except CommandExitException:
+        return False
+
+
 def test_pty_input_resize_and_kill(shared_sandbox: Sandbox):
     h = shared_sandbox.pty.create(PtySize(rows=24, cols=80))
     assert h.pid > 0
@@ -62,10 +70,15 @@ def test_pty_input_resize_and_kill(shared_sandbox: Sandbox):
     term.wait_for("50 132")
 
     # Control characters reach the foreground job: Ctrl-C interrupts a sleep.
-    shared_sandbox.pty.send_stdin(h.pid, b"sleep 100\n")
+    # Wait until the sleep runs, as a person at the keyboard would: a ^C typed
+    # while bash is still starting the job goes to bash instead, and bash (not
+    # locale2b: raw node-pty shows the same under load) may drop the next line.
+    shared_sandbox.pty.send_stdin(h.pid, b"sleep 4242\n")
+    wait_until(lambda: _running(shared_sandbox, "sleep 4242"), "the sleep to start under the PTY's bash")
     shared_sandbox.pty.send_stdin(h.pid, b"\x03")
     shared_sandbox.pty.send_stdin(h.pid, b"echo after-$((1+1))-interrupt\n")
     term.wait_for("after-2-interrupt", timeout=10)
+    assert not _running(shared_sandbox, "sleep 4242"), "Ctrl-C did not stop the foreground sleep"
 
     assert any(p.pid == h.pid for p in shared_sandbox.commands.list())
     assert shared_sandbox.pty.kill(h.pid) is True
