@@ -114,7 +114,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   await manager.start();
   const metrics = new ControlPlaneMetrics(manager.events);
-  const deps: ApiDeps = { manager, store, pool, metrics, log, domain: opts.domain ?? "localhost" };
+  const domain = opts.domain ?? "localhost";
+  // publicDomain needs the port we listen on: set once it is known, before any request.
+  const deps: ApiDeps = { manager, store, pool, metrics, log, domain: domain.replace(/:\d+$/, ""), publicDomain: domain };
 
   const proxy = createEnvdProxy(deps);
   const rest = createRestApi(deps);
@@ -145,11 +147,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     rpc(req, res);
   };
 
-  const server = new HybridServer((req, res) => handle(req as IncomingMessage, res as ServerResponse));
+  const server = new HybridServer(
+    (req, res) => handle(req as IncomingMessage, res as ServerResponse),
+    (req, socket, head) => proxy.upgrade(req, socket, head),
+  );
   const listener = listenerFor(parseListen(`tcp://${opts.host}:${opts.port}`));
   const address = await listener.listen((socket) => server.accept(socket));
   const port = Number(address.slice(address.lastIndexOf(":") + 1));
   const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
+  if (opts.domain === undefined) deps.publicDomain = `localhost:${port}`;
   log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes }, "control plane listening");
   return {
     url,

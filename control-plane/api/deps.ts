@@ -11,6 +11,12 @@ export interface ApiDeps {
   pool: AgentPool;
   metrics: ControlPlaneMetrics;
   log: Logger;
-  /** Sandbox domain: hosts `<port>-<sandboxId>.<domain>` are routed to sandboxes. */
+  /** Sandbox domain: hosts `<port>-<sandboxId>.<domain>` are routed to sandboxes (a `:port` in it is ignored for routing). */
   domain: string;
+  /**
+   * The `domain` of sandboxes in API responses, from which the SDKs' getHost(port)
+   * makes `<port>-<id>.<publicDomain>`: `--domain` as given, else `localhost:<port>`
+   * (browsers and curl send *.localhost to the loopback address).
+   */
+  publicDomain: string;
 }

@@ -239,13 +239,16 @@ export class SandboxManager {
         await this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => live.alive());
         await pushInit(this.o.envd, rec, inst);
       } catch (err) {
-        log.error({ err }, "sandbox creation failed");
+        // The console says why a guest never got to envd; the directory holding it goes below.
+        const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
+        log.error({ err, console: consoleTail }, "sandbox creation failed");
         this.o.pool.drop(id);
         await inst?.kill().catch(() => undefined);
         this.o.pool.forget(id);
         this.o.store.deleteSandbox(id);
         rmSync(dir, { recursive: true, force: true });
-        throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}`);
+        const tail = consoleTail.length ? `; last console lines: ${consoleTail.slice(-3).join(" | ")}` : "";
+        throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}${tail}`);
       }
       return this.created(rec, inst, runtime.name, timeout, now);
     });

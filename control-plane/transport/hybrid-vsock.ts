@@ -58,7 +58,8 @@ export async function dialGuestPort(
   });
   if (line !== "OK") {
     socket.destroy();
-    const why = line.startsWith("ERR ") ? line.slice(4) : `unexpected answer '${line.slice(0, 80)}'`;
+    // The forwarder says `ERR <port>: <why>`; the port is already in this message.
+    const why = line.startsWith("ERR ") ? line.slice(4).replace(new RegExp(`^${port}: `), "") : `unexpected answer '${line.slice(0, 80)}'`;
     throw new DialError(`port ${port} in the sandbox: ${why}`, "ECONNREFUSED");
   }
   return socket;

@@ -1,6 +1,7 @@
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
+import type { Duplex } from "node:stream";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
@@ -23,8 +24,18 @@ export class HybridServer {
   /** Every accepted socket: the HTTP/1.1 server never listens itself, so it cannot track them. */
   private readonly sockets = new Set<net.Socket>();
 
-  constructor(handler: RequestHandler) {
+  /**
+   * `onUpgrade`: HTTP/1.1 requests with `Upgrade` (WebSocket) go there first;
+   * when it returns false, the request is served by `handler` as if it had no
+   * Upgrade header (as RFC 9110 allows), e.g. `curl --http2` on cleartext.
+   */
+  constructor(handler: RequestHandler, onUpgrade?: (req: http.IncomingMessage, socket: Duplex, head: Buffer) => boolean) {
     this.h1 = http.createServer({ keepAliveTimeout: 640_000, requestTimeout: 0, headersTimeout: 60_000 }, handler);
+    if (onUpgrade) {
+      this.h1.on("upgrade", (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+        if (!onUpgrade(req, socket, head)) serveWithoutUpgrade(req, socket, head, handler);
+      });
+    }
     this.h1.keepAliveTimeout = 640_000;
     this.h2 = http2.createServer({}, handler);
     this.h2.on("session", (s) => {
@@ -66,4 +77,30 @@ export class HybridServer {
     for (const s of this.sessions) s.destroy();
     for (const s of this.sockets) s.destroy();
   }
+}
+
+/**
+ * Serves an Upgrade request that nobody upgrades as a plain HTTP/1.1
+ * request on its own connection, closed after the response. Node has handed
+ * the socket over without its parser, so only a request without a body can
+ * be served this way; one with a body is answered 400.
+ */
+function serveWithoutUpgrade(req: http.IncomingMessage, socket: net.Socket, head: Buffer, handler: RequestHandler): void {
+  const hasBody = req.headers["transfer-encoding"] !== undefined || Number(req.headers["content-length"] ?? 0) > 0 || head.length > 0;
+  const res = new http.ServerResponse(req);
+  res.shouldKeepAlive = false;
+  res.assignSocket(socket);
+  res.on("finish", () => {
+    res.detachSocket(socket);
+    socket.end();
+  });
+  socket.on("error", () => socket.destroy());
+  socket.on("close", () => res.destroy());
+  if (hasBody) {
+    const body = JSON.stringify({ code: 400, message: `this server does not switch to '${req.headers.upgrade}': send the request without Upgrade` });
+    res.writeHead(400, { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) }).end(body);
+    return;
+  }
+  req.push(null); // no body: the request is complete
+  handler(req, res);
 }

@@ -174,7 +174,7 @@ describe.skipIf(!HAVE_SPEC)("E2B REST API", () => {
       }
     });
 
-    it("returns Sandbox on create: clientID, envdVersion, envdAccessToken, domain null", async () => {
+    it("returns Sandbox on create: clientID, envdVersion, envdAccessToken, domain (getHost: <port>-<id>.localhost:<port>)", async () => {
       const r = await api("GET", `/sandboxes/${ids[0]}`);
       expect(r.status).toBe(200);
       valid("SandboxDetail", r.body);
@@ -184,7 +184,7 @@ describe.skipIf(!HAVE_SPEC)("E2B REST API", () => {
         clientID: "6532622b",
         state: "running",
         metadata: meta,
-        domain: null,
+        domain: `localhost:${new URL(cp.url).port}`,
         lifecycle: { onTimeout: "kill", autoResume: false },
         network: { allowPublicTraffic: false },
         allowInternetAccess: true,

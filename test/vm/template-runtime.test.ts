@@ -55,7 +55,7 @@ describe("per-template runtime", () => {
       });
       try {
         const r = await createVia(cp, "base");
-        expect(r.status).toBe(201);
+        expect(r.status, JSON.stringify(r.body)).toBe(201);
         const id = String(r.body.sandboxID);
         expect(cp.store.getSandbox(id)!.runtime).toBe("qemu");
         expect(cp.manager.runtimeName).toBe("process");

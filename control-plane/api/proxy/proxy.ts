@@ -8,11 +8,19 @@ import { forwardHeaders, isConnectPath, responseHeaders, sendProxyError } from "
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { forwardH2, H2Upstreams } from "./h2.js";
 import { RouteCache, type SandboxRoute } from "./routes.js";
+import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
+import { dialGuestPort } from "../../transport/hybrid-vsock.js";
+import type { Duplex } from "node:stream";
 
 export interface EnvdProxy {
   /** True when the request is for a sandbox (routing headers, sandbox host, or a signed /files URL). */
   matches(req: IncomingMessage): boolean;
   handle(req: IncomingMessage, res: ServerResponse): void;
+  /**
+   * An HTTP/1.1 Upgrade request (WebSocket) for a sandbox: tunnelled to a
+   * user port, else refused. False when the request is not for a sandbox.
+   */
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean;
   /** Ends the HTTP/2 upstream sessions. */
   close(): void;
 }
@@ -22,6 +30,9 @@ interface Target {
   sandboxId: string | undefined;
   port: number;
 }
+
+type Resolved = { sandboxId: string; route: SandboxRoute };
+type Refused = { status: number; message: string };
 
 /** envd paths only the control plane may call (E2B's `x-internal`, and /init, which sets the token). */
 const INTERNAL = /^\/(init|freeze|unfreeze|collapse|fsfreeze|fsthaw|upgrade)(?:[/?]|$)/;
@@ -75,33 +86,35 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     return undefined;
   };
 
-  const handle = async (req: IncomingMessage, res: ServerResponse, t: Target): Promise<void> => {
-    const connect = isConnectPath(req.url);
+  /** The sandbox and route of a request, or the error to answer it with (before anything is forwarded). */
+  const resolve = async (req: IncomingMessage, t: Target): Promise<Resolved | Refused> => {
     let sandboxId = t.sandboxId;
-    const signed = sandboxId === undefined;
-    if (signed) {
+    if (sandboxId === undefined) {
       sandboxId = sandboxForSignedUrl(manager, req);
-      if (!sandboxId) return sendProxyError(res, 401, "invalid signature: it matches no running sandbox's file URL", connect);
+      if (!sandboxId) return { status: 401, message: "invalid signature: it matches no running sandbox's file URL" };
     }
     if (!Number.isInteger(t.port) || t.port < 1 || t.port > 65535) {
-      return sendProxyError(res, 502, `invalid port for sandbox ${sandboxId}: use <port>-<sandboxId>.<domain> with a port from 1 to 65535`, connect);
+      return { status: 502, message: `invalid port for sandbox ${sandboxId}: use <port>-<sandboxId>.<domain> with a port from 1 to 65535` };
     }
-    if (!SANDBOX_ID_RE.test(sandboxId!)) return sendProxyError(res, 502, `The sandbox ${sandboxId} was not found`, connect);
-    if (INTERNAL.test(req.url ?? "")) {
-      return sendProxyError(res, 403, `${req.url?.split("?")[0]} is internal to the control plane`, connect);
-    }
-    let route;
+    if (!SANDBOX_ID_RE.test(sandboxId)) return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+    if (INTERNAL.test(req.url ?? "")) return { status: 403, message: `${req.url?.split("?")[0]} is internal to the control plane` };
     try {
-      route = await routes.get(sandboxId!);
+      return { sandboxId, route: await routes.get(sandboxId) };
     } catch (err) {
-      if (err instanceof ControlPlaneError && err.kind === "not_found") {
-        return sendProxyError(res, 502, `The sandbox ${sandboxId} was not found`, connect);
-      }
-      if (err instanceof ControlPlaneError && err.kind === "unavailable") return sendProxyError(res, 502, err.message, connect);
+      if (err instanceof ControlPlaneError && err.kind === "not_found") return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+      if (err instanceof ControlPlaneError && err.kind === "unavailable") return { status: 502, message: err.message };
       deps.log.error({ err, sandboxId }, "routing to a sandbox failed");
-      return sendProxyError(res, 502, `routing to sandbox ${sandboxId} failed: ${(err as Error).message}`, connect);
+      return { status: 502, message: `routing to sandbox ${sandboxId} failed: ${(err as Error).message}` };
     }
-    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId!, t.port, route);
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse, t: Target): Promise<void> => {
+    const connect = isConnectPath(req.url);
+    const signed = t.sandboxId === undefined;
+    const r = await resolve(req, t);
+    if ("status" in r) return sendProxyError(res, r.status, r.message, connect);
+    const { sandboxId, route } = r;
+    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, route);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
     if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, route.token)) {
       return sendProxyError(
@@ -112,14 +125,14 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       );
     }
     if (req.httpVersionMajor === 2) {
-      const session = await h2.get(sandboxId!, route.socketPath, pool.gate(sandboxId!)).catch((err: Error) => err);
+      const session = await h2.get(sandboxId, route.socketPath, pool.gate(sandboxId)).catch((err: Error) => err);
       if (session instanceof Error) {
         return sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${session.message})`, connect);
       }
       const fail = (err: Error) => sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
       return forwardH2(req as unknown as Http2ServerRequest, res as unknown as Http2ServerResponse, session, metrics, fail);
     }
-    forward(req, res, sandboxId!, pool.get(sandboxId!, route.socketPath, ENVD_PORT));
+    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, ENVD_PORT));
   };
 
   /**
@@ -190,8 +203,36 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     });
   };
 
+  const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
+    const r = await resolve(req, t);
+    if ("status" in r) return refuseUpgrade(socket, r.status, r.message);
+    const { sandboxId, route } = r;
+    if (route.trafficToken !== undefined && req.headers["e2b-traffic-access-token"] !== route.trafficToken) {
+      return refuseUpgrade(socket, 403, `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`);
+    }
+    let upstream: Duplex;
+    try {
+      upstream = await dialGuestPort(route.socketPath, t.port, undefined, pool.gate(sandboxId));
+    } catch (err) {
+      return refuseUpgrade(socket, 502, `sandbox ${sandboxId}: ${(err as Error).message}`);
+    }
+    if (socket.destroyed) return void upstream.destroy();
+    tunnelUpgrade(req, socket, head, upstream, metrics);
+  };
+
   return {
     close: () => h2.destroy(),
+    upgrade(req, socket, head) {
+      const t = target(req);
+      // envd takes no upgrades: its requests are served as plain HTTP/1.1.
+      if (!t || t.port === ENVD_PORT) return false;
+      socket.on("error", () => socket.destroy());
+      upgrade(req, socket, head, t).catch((err: unknown) => {
+        deps.log.error({ err }, "envd proxy upgrade failed");
+        refuseUpgrade(socket, 502, `proxy error: ${(err as Error).message}`);
+      });
+      return true;
+    },
     matches: (req) => target(req) !== undefined,
     handle(req, res) {
       const t = target(req);

@@ -44,7 +44,7 @@ function connect(v2: boolean) {
     const started = performance.now();
     const { sandbox, resumed } = await deps.manager.connect(params.sandboxID!, timeout);
     if (resumed) deps.metrics.observeResume((performance.now() - started) / 1000);
-    sendJson(res, resumed ? 201 : 200, toSandbox(sandbox));
+    sendJson(res, resumed ? 201 : 200, toSandbox(sandbox, deps.publicDomain));
   };
 }
 
@@ -57,7 +57,7 @@ async function resume({ req, res, params, deps }: RestContext): Promise<void> {
   const started = performance.now();
   const sandbox = await deps.manager.resume(params.sandboxID!, timeout, autoPause);
   deps.metrics.observeResume((performance.now() - started) / 1000);
-  sendJson(res, 201, toSandbox(sandbox));
+  sendJson(res, 201, toSandbox(sandbox, deps.publicDomain));
 }
 
 export const lifecycleRoutes: Route[] = [

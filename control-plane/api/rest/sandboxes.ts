@@ -46,7 +46,7 @@ function create(v2: boolean) {
     const started = performance.now();
     const rec = await deps.manager.create(input);
     deps.metrics.observeCreate((performance.now() - started) / 1000);
-    sendJson(res, 201, toSandbox(rec));
+    sendJson(res, 201, toSandbox(rec, deps.publicDomain));
   };
 }
 
@@ -156,7 +156,7 @@ async function listV1({ res, query, deps }: RestContext): Promise<void> {
 }
 
 async function getOne({ res, params, deps }: RestContext): Promise<void> {
-  sendJson(res, 200, toDetail(deps.manager.get(params.sandboxID!)));
+  sendJson(res, 200, toDetail(deps.manager.get(params.sandboxID!), deps.publicDomain));
 }
 
 async function kill({ res, params, deps }: RestContext): Promise<void> {

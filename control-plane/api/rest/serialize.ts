@@ -32,7 +32,7 @@ function trafficToken(rec: SandboxRecord): string | null {
 }
 
 /** `Sandbox`: the create / connect / resume result. */
-export function toSandbox(rec: SandboxRecord): Record<string, unknown> {
+export function toSandbox(rec: SandboxRecord, domain: string): Record<string, unknown> {
   return {
     templateID: rec.templateId,
     sandboxID: rec.id,
@@ -41,8 +41,8 @@ export function toSandbox(rec: SandboxRecord): Record<string, unknown> {
     envdVersion: rec.envdVersion,
     envdAccessToken: rec.envdAccessToken,
     trafficAccessToken: trafficToken(rec),
-    // null: the SDKs keep their configured sandbox URL (E2B_SANDBOX_URL) or domain.
-    domain: null,
+    // The SDKs' getHost(port) → `<port>-<id>.<domain>`; envd traffic keeps going to E2B_SANDBOX_URL, which wins.
+    domain,
   };
 }
 
@@ -66,13 +66,13 @@ export function toListed(rec: SandboxRecord): Record<string, unknown> {
 }
 
 /** `SandboxDetail`: GET /sandboxes/{id}. */
-export function toDetail(rec: SandboxRecord): Record<string, unknown> {
+export function toDetail(rec: SandboxRecord, domain: string): Record<string, unknown> {
   const network = rec.network && typeof rec.network === "object" && !Array.isArray(rec.network) ? rec.network : undefined;
   return {
     ...toListed(rec),
     envdAccessToken: rec.envdAccessToken,
     allowInternetAccess: rec.allowInternetAccess,
-    domain: null,
+    domain,
     ...(network ? { network } : {}),
     lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume },
   };
