@@ -7,3 +7,9 @@ export const ENVD_VERSION = "0.6.4";
 
 /** The TCP/vsock port envd listens on inside a sandbox. */
 export const ENVD_PORT = 49983;
+
+/**
+ * The user-port forwarder's vsock port (the guest init's, or envd's where the
+ * sandbox shares the host's network): `TCP <port>\n` → `OK\n` or `ERR <port>: <why>\n`.
+ */
+export const FORWARD_PORT = 49982;

@@ -1,17 +1,13 @@
 import http from "node:http";
 import net from "node:net";
 import type { Duplex } from "node:stream";
+import { FORWARD_PORT } from "../../envd/version.js";
 
 /** How long the `CONNECT <port>` handshake may take before the dial fails. */
 const HANDSHAKE_TIMEOUT_MS = 10_000;
 
-/**
- * The guest init's port forwarder: after `CONNECT 49982`, the host writes
- * `TCP <port>\n` and the init answers `OK\n` once it has connected to that
- * port on the guest's 127.0.0.1 (or `ERR <why>\n`). Every port but envd's
- * goes through it: vsock has no wildcard listener.
- */
-export const FORWARD_PORT = 49982;
+// Every port but envd's goes through the forwarder (FORWARD_PORT): vsock has no wildcard listener.
+export { FORWARD_PORT };
 
 export class DialError extends Error {
   constructor(message: string, readonly code: string) {

@@ -13,8 +13,6 @@ import net from "node:net";
  * to a process of this sandbox: its pid namespace when it has one (every
  * process envd can see), else envd's own descendants.
  */
-export const FORWARD_PORT = 49982;
-
 const LINE_TIMEOUT_MS = 10_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 const TCP_LISTEN = "0A";

@@ -1,6 +1,6 @@
 import type net from "node:net";
-import { ENVD_PORT } from "../version.js";
-import { FORWARD_PORT, serveForward } from "./port-forward.js";
+import { ENVD_PORT, FORWARD_PORT } from "../version.js";
+import { serveForward } from "./port-forward.js";
 
 const MAX_LINE = 64;
 
