@@ -1,5 +1,6 @@
 """Sandbox lifecycle through the control plane: create, get_info, list, set_timeout, pause/connect, kill, auth, isolation."""
 
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -376,3 +377,29 @@ def test_envd_version_is_usable(sandbox: Sandbox):
     v = sandbox._envd_version
     assert isinstance(v, Version)
     assert v >= Version("0.4.0"), "below 0.4.0 the SDK sends user 'user' explicitly"
+
+
+def test_get_host_reaches_a_server_in_the_sandbox(sandbox: Sandbox, control_plane):
+    # A free port: on the process runtime the sandbox shares the host's network.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sandbox.files.write("/home/user/site/index.html", "served from the sandbox")
+    server = sandbox.commands.run(
+        f"python3 -m http.server {port} --bind 127.0.0.1 --directory /home/user/site", background=True, timeout=0
+    )
+    host = sandbox.get_host(port)
+    assert host == f"{port}-{sandbox.sandbox_id}.localhost:{httpx.URL(control_plane.url).port}"
+
+    def fetch():
+        # The Host header routes it, as a wildcard DNS name would in a browser.
+        r = httpx.get(f"{control_plane.url}/index.html", headers={"Host": host}, timeout=10)
+        return r if r.status_code == 200 else None
+
+    r = wait_until(fetch, f"the sandbox's server on port {port}")
+    assert r.text == "served from the sandbox"
+    server.kill()
+    wait_until(
+        lambda: httpx.get(f"{control_plane.url}/", headers={"Host": host}, timeout=10).status_code == 502,
+        "502 once the server is gone",
+    )
