@@ -237,6 +237,8 @@ export async function hostChecks(env: NodeJS.ProcessEnv = process.env): Promise<
     firecrackerCheck(env, accel),
     Promise.resolve(kernelCheck(env, dir)),
     Promise.resolve(templateCheck(dir)),
+    // network.allowOut/denyOut on the process runtime (as root): nftables on the host side of each sandbox's veth.
+    binaryCheck("nft", undefined, "", "optional", ["--version"], apt("nftables")),
   ]);
 }
 

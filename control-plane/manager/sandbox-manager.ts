@@ -9,6 +9,7 @@ import type { EnvdClient } from "../transport/envd-client.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
+import { egressFor, networkAfterUpdate, resolveEgress } from "./egress.js";
 import { checkCapacity, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
 import {
@@ -210,7 +211,8 @@ export class SandboxManager {
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
     const shape = { templateId, cpuCount, memoryMB, diskSizeMB: this.o.defaults.diskSizeMB };
-    if (this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
+    const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
+    if (!egress && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = this.warm.take();
       if (warm && warm.runtime === runtime) {
         const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
@@ -233,7 +235,7 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, log });
+        inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log });
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         const live = inst;
         await this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => live.alive());
@@ -392,6 +394,21 @@ export class SandboxManager {
   async setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
     const timeout = this.validateTimeout(seconds);
     return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Date.now() + timeout * 1000 }));
+  }
+
+  /** PUT /sandboxes/{id}/network: replaces the egress rules of a sandbox that has its own network. */
+  async updateNetwork(id: string, update: Record<string, unknown>, allowInternetAccess: boolean): Promise<SandboxRecord> {
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      if (rec.state !== "running" && rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is ${rec.state}`);
+      const inst = this.instance(rec);
+      if (!inst.updateEgress) throw new ControlPlaneError("conflict", `the ${rec.runtime} runtime cannot change a sandbox's network rules`);
+      const policy = await resolveEgress(update, allowInternetAccess);
+      await inst.updateEgress(policy).catch((err: Error) => {
+        throw new ControlPlaneError("conflict", err.message);
+      });
+      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, update) });
+    });
   }
 
   /** POST /refreshes: extends only. */

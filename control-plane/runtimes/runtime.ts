@@ -1,3 +1,4 @@
+import type { EgressPolicy } from "../manager/egress.js";
 import type { Logger } from "pino";
 
 /** What a runtime needs to start one sandbox. */
@@ -10,6 +11,8 @@ export interface InstanceSpec {
   /** The sandbox's own directory under the data dir (sockets, disk, logs). */
   dir: string;
   allowInternetAccess: boolean;
+  /** Egress allow/deny lists (only given to a runtime whose egressUnsupported() says nothing). */
+  egress?: EgressPolicy;
   log: Logger;
 }
 
@@ -62,6 +65,8 @@ export interface Instance {
   onExit(listener: (reason: string) => void): void;
   /** Host memory the instance uses now (a VMM's resident set: guest RAM it touched plus its own), for metrics. */
   hostMemoryBytes?(): number;
+  /** Replaces the sandbox's egress rules (undefined: none); rejects when it has no network of its own to filter. */
+  updateEgress?(policy: EgressPolicy | undefined): Promise<void>;
   /** Console/agent log lines, newest last (for the logs endpoints). */
   logs?(): Promise<{ timestamp: number; line: string }[]>;
 }
@@ -71,6 +76,8 @@ export interface Runtime {
   /** Human-readable notes for start-up, e.g. isolation features this host lacks. */
   check(): Promise<string[]>;
   create(spec: InstanceSpec): Promise<Instance>;
+  /** Why this runtime cannot enforce egress allow/deny lists here, or undefined when it can; absent: it cannot. */
+  egressUnsupported?(): Promise<string | undefined>;
   /** Re-attaches to an instance that outlived a control-plane restart, or undefined if it is gone. */
   adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<Instance | undefined>;
 }

@@ -18,6 +18,7 @@ const NAMES = [
   "firecracker",
   "guest kernel",
   "template base",
+  "nft",
 ];
 
 const dirs: string[] = [];

@@ -21,6 +21,20 @@ async function refresh({ req, res, params, deps }: RestContext): Promise<void> {
   sendNoContent(res);
 }
 
+/** PUT /sandboxes/{id}/network (SandboxNetworkUpdateConfig): 204; 409 when the sandbox's rules cannot be changed. */
+async function updateNetwork({ req, res, params, deps }: RestContext): Promise<void> {
+  const body = await readJsonObject(req);
+  const f = new Fields(body);
+  f.array("allowOut");
+  f.array("denyOut");
+  f.object("egressProxy");
+  f.object("rules");
+  const allowInternetAccess = f.bool("allow_internet_access") ?? true;
+  if (body.egressProxy != null) throw new HttpError(400, "field 'egressProxy': egress proxies are not supported by this server");
+  await deps.manager.updateNetwork(params.sandboxID!, body, allowInternetAccess);
+  sendNoContent(res);
+}
+
 /** POST /sandboxes/{id}/pause {memory?}: 204, 409 when already paused. The runtimes always keep memory. */
 async function pause({ req, res, params, deps }: RestContext): Promise<void> {
   new Fields(await readJsonObject(req)).bool("memory");
@@ -62,6 +76,7 @@ async function resume({ req, res, params, deps }: RestContext): Promise<void> {
 
 export const lifecycleRoutes: Route[] = [
   { method: "POST", path: "/sandboxes/:sandboxID/timeout", handler: setTimeoutRoute },
+  { method: "PUT", path: "/sandboxes/:sandboxID/network", handler: updateNetwork },
   { method: "POST", path: "/sandboxes/:sandboxID/refreshes", handler: refresh },
   { method: "POST", path: "/sandboxes/:sandboxID/pause", handler: pause },
   { method: "POST", path: "/sandboxes/:sandboxID/connect", handler: connect(false) },

@@ -7,6 +7,8 @@ import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
 import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signalPids, waitFor } from "./procfs.js";
 import { removeSandboxFs, type SandboxLayout } from "./sandbox-fs.js";
+import { replaceEgressRules, tearDownEgress, type EgressRecord } from "./egress-net.js";
+import type { EgressPolicy } from "../../manager/egress.js";
 
 /** unshare exits as the namespace's init did, which exits as envd did (128 + n: killed by signal n). */
 function exitReason(code: number | null, signal: NodeJS.Signals | null): string {
@@ -32,6 +34,8 @@ export interface PersistedProcessInstance {
   memoryMB: number;
   user?: string;
   workdir?: string;
+  /** The sandbox's own network, when it has an egress policy. */
+  egress?: EgressRecord;
 }
 
 export interface ProcessInstanceInit {
@@ -48,6 +52,7 @@ export interface ProcessInstanceInit {
   log: Logger;
   /** Set when we spawned it (not after a restart): its exit event is immediate. */
   child?: ChildProcess;
+  egress?: EgressRecord;
 }
 
 /**
@@ -89,6 +94,7 @@ export class ProcessInstance implements Instance {
       memoryMB: this.o.memoryMB,
       user: this.o.user,
       workdir: this.o.workdir,
+      ...(this.o.egress ? { egress: this.o.egress } : {}),
     };
     return { ...p };
   }
@@ -125,6 +131,7 @@ export class ProcessInstance implements Instance {
     // The namespace is gone with its init; release the cgroup.
     const cg = this.o.cgroup;
     if (cg) void cg.killAll().then(() => cg.remove()).catch((err: unknown) => this.o.log.warn({ err }, "cannot clean up the sandbox's cgroup"));
+    if (this.o.egress) void tearDownEgress(this.o.egress);
     this.deaths.report(reason);
   }
 
@@ -174,11 +181,21 @@ export class ProcessInstance implements Instance {
     }
     await waitFor(() => !isRunning(pid, startTime), 5_000, 2);
     if (cg) await cg.remove().catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's cgroup"));
+    if (this.o.egress) await tearDownEgress(this.o.egress);
     try {
       removeSandboxFs(this.o.layout);
     } catch (err) {
       log.warn({ err }, "cannot remove the sandbox's files");
     }
+  }
+
+  async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
+    if (!this.o.egress) {
+      throw new Error(
+        "this sandbox was created without network.allowOut/denyOut, so it has no network of its own to filter (it shares the host's, or has none): create it with an egress policy to change its rules later",
+      );
+    }
+    await replaceEgressRules(this.o.egress, policy ?? { allow: [], deny: [] });
   }
 
   async alive(): Promise<boolean> {

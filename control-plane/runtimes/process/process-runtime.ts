@@ -10,7 +10,8 @@ import { openCgroup } from "./cgroup-detect.js";
 import type { SandboxCgroup } from "./cgroups.js";
 import { ProcessInstance, type PersistedProcessInstance } from "./instance.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
-import { cmdline, isRunning, procStat } from "./procfs.js";
+import { cmdline, isRunning, procStat, signalGroup } from "./procfs.js";
+import { egressUnsupported, setUpEgress, type EgressRecord } from "./egress-net.js";
 import { prepareTemplateDirs } from "./template-root.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
 
@@ -71,8 +72,17 @@ export class ProcessRuntime implements Runtime {
     return (await this.capabilities()).notes;
   }
 
+  async egressUnsupported(): Promise<string | undefined> {
+    const caps = await this.capabilities();
+    return egressUnsupported(caps.mode, caps.netns);
+  }
+
   async create(spec: InstanceSpec): Promise<ProcessInstance> {
     const caps = await this.capabilities();
+    if (spec.egress) {
+      const why = egressUnsupported(caps.mode, caps.netns);
+      if (why) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${why}`);
+    }
     const layout = sandboxLayout(spec.dir);
     const files = userFiles();
     const mode = caps.mode;
@@ -101,7 +111,8 @@ export class ProcessRuntime implements Runtime {
       sandboxId: spec.sandboxId,
       layout,
       bin: { unshare: caps.bin.unshare ?? "unshare", mount: caps.bin.mount ?? "mount", ip: caps.bin.ip },
-      isolateNet: !spec.allowInternetAccess && caps.netns,
+      // An egress policy needs the sandbox's own network namespace, joined to the host below.
+      isolateNet: (!spec.allowInternetAccess || spec.egress !== undefined) && caps.netns,
       readOnlyRoot: caps.readOnlyRoot,
       innerUser: mode === "userns" && caps.userMapping ? files.user : undefined,
       cgroupProcs: cgroup?.procsFiles ?? [],
@@ -134,7 +145,18 @@ export class ProcessRuntime implements Runtime {
     }
     const startTime = procStat(pid)?.startTime ?? 0;
     spec.log.debug({ pid, mode, cgroup: cgroup?.kind }, "sandbox started");
+    let egress: EgressRecord | undefined;
+    if (spec.egress) {
+      try {
+        egress = await setUpEgress(spec.sandboxId, pid, spec.egress, spec.log);
+      } catch (err) {
+        signalGroup(pid, "SIGKILL");
+        await cgroup?.killAll().then(() => cgroup?.remove()).catch(() => undefined);
+        throw new Error(`cannot set up the sandbox's network: ${(err as Error).message}`);
+      }
+    }
     return new ProcessInstance({
+      egress,
       sandboxId: spec.sandboxId,
       layout,
       pid,
@@ -191,6 +213,7 @@ export class ProcessRuntime implements Runtime {
     }
     const mode: IsolationMode = p.mode === "root" || p.mode === "userns" || p.mode === "none" ? p.mode : "none";
     return new ProcessInstance({
+      egress: isEgressRecord(p.egress) ? p.egress : undefined,
       sandboxId,
       layout,
       pid,
@@ -206,3 +229,8 @@ export class ProcessRuntime implements Runtime {
   }
 }
 
+
+function isEgressRecord(v: unknown): v is EgressRecord {
+  const r = v as Partial<EgressRecord> | undefined;
+  return typeof r?.device === "string" && typeof r.chain === "string" && typeof r.index === "number";
+}

@@ -1,0 +1,193 @@
+// Egress policies (E2B's network.allowOut / denyOut) on the process runtime,
+// through the real JS SDK: the sandbox gets its own network namespace joined
+// to the host by a veth pair, and nftables on the host allows or refuses its
+// connections. Destinations are servers of this test on the host's own
+// addresses (its uplink address, and the sandbox's gateway, which is also
+// the host), so no internet is needed; a domain name in allowOut is checked
+// with a package registry where this machine can reach one.
+import { execFileSync } from "node:child_process";
+import http from "node:http";
+import type net from "node:net";
+import { networkInterfaces } from "node:os";
+import { Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { egressUnsupported } from "../../control-plane/runtimes/process/egress-net.js";
+import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
+import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { rejection, setEnv } from "../helpers/sdk.js";
+
+let cp: TestControlPlane;
+let restoreEnv = () => {};
+let server: http.Server;
+let port: number;
+const created: Sandbox[] = [];
+
+/** The host's first non-loopback IPv4 address that is not a sandbox network's. */
+function uplinkAddress(): string | undefined {
+  for (const [name, addrs] of Object.entries(networkInterfaces())) {
+    if (name.startsWith("l2b")) continue;
+    const a = addrs?.find((x) => x.family === "IPv4" && !x.internal);
+    if (a) return a.address;
+  }
+  return undefined;
+}
+
+const runtime = new ProcessRuntime();
+const caps = await runtime.capabilities();
+const hostAddr = uplinkAddress();
+const missing =
+  egressUnsupported(caps.mode, caps.netns) ?? (hostAddr ? undefined : "the host has no non-loopback IPv4 address to connect to");
+
+beforeAll(async () => {
+  if (missing) return;
+  server = http.createServer((_req, res) => res.end("host-ok"));
+  await new Promise<void>((resolve) => server.listen(0, "0.0.0.0", resolve));
+  port = (server.address() as net.AddressInfo).port;
+  cp = await startTestControlPlane({ runtime });
+  restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+});
+
+afterAll(async () => {
+  for (const s of created) await s.kill().catch(() => undefined);
+  restoreEnv();
+  await cp?.close();
+  server?.close();
+});
+
+async function create(network?: { allowOut?: string[]; denyOut?: string[] }, allowInternetAccess?: boolean): Promise<Sandbox> {
+  const s = await Sandbox.create("base", { ...(network ? { network } : {}), ...(allowInternetAccess !== undefined ? { allowInternetAccess } : {}) });
+  created.push(s);
+  return s;
+}
+
+/** What `curl http://<addr>:<port>/` prints in the sandbox: the body, or `refused (exit N)`. */
+async function reach(s: Sandbox, addr: string, p = port): Promise<string> {
+  const r = await s.commands.run(`curl -s -m 10 http://${addr}:${p}/ || echo "refused (exit $?)"`);
+  return r.stdout.trim();
+}
+
+/** The sandbox's default gateway: the host end of its veth pair. */
+async function gateway(s: Sandbox): Promise<string> {
+  const r = await s.commands.run("ip route show default");
+  const m = /default via (\S+)/.exec(r.stdout);
+  expect(m, `no default route in the sandbox: ${r.stdout}`).not.toBeNull();
+  return m![1]!;
+}
+
+function nftHas(chain: string): boolean {
+  try {
+    execFileSync("nft", ["list", "chain", "ip", "locale2b_egress", chain], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe.skipIf(missing !== undefined)(`egress policies on the process runtime${missing ? ` (skipped: ${missing})` : ""}`, () => {
+  it("without a policy a sandbox shares the host's network and reaches the host", async () => {
+    const s = await create();
+    expect(await reach(s, hostAddr!)).toBe("host-ok");
+  });
+
+  it("denyOut refuses exactly the listed destinations, at once (no hang)", async () => {
+    const s = await create({ denyOut: [`${hostAddr}/32`] });
+    const gw = await gateway(s);
+    expect(await reach(s, hostAddr!)).toMatch(/^refused \(exit 7\)$/);
+    // The gateway is the host too, under another address, which the policy does not list.
+    expect(await reach(s, gw)).toBe("host-ok");
+    // Its own network: eth0 on a sandbox /30 (not the host's interfaces).
+    const addrs = await s.commands.run("ip -o -4 addr show");
+    expect(addrs.stdout).toMatch(/eth0\s+inet 10\.201\./);
+    expect(addrs.stdout).not.toContain(hostAddr!);
+  });
+
+  it("allowOut wins over denyOut: allow one address, deny everything else", async () => {
+    const s = await create({ allowOut: [hostAddr!], denyOut: ["0.0.0.0/0"] });
+    expect(await reach(s, hostAddr!)).toBe("host-ok");
+    expect(await reach(s, await gateway(s))).toMatch(/^refused/);
+  });
+
+  it("allowInternetAccess: false with allowOut allows only the list", async () => {
+    const s = await create({ allowOut: [`${hostAddr}/32`] }, false);
+    expect(await reach(s, hostAddr!)).toBe("host-ok");
+    expect(await reach(s, await gateway(s))).toMatch(/^refused/);
+    // getInfo returns the policy as it was asked for.
+    expect((await s.getInfo()).network).toMatchObject({ allowOut: [`${hostAddr}/32`] });
+  });
+
+  it("user ports still reach a server in a sandbox with its own network", async () => {
+    const s = await create({ denyOut: ["0.0.0.0/0"] });
+    await s.commands.run("python3 -m http.server 8123 --bind 127.0.0.1 --directory /tmp", { background: true, timeoutMs: 0 });
+    const host = s.getHost(8123);
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 200; i++) {
+      status = (await fetch(cp.url, { headers: { "e2b-sandbox-id": s.sandboxId, "e2b-sandbox-port": "8123" } })).status;
+      if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(status, `GET through ${host}`).toBe(200);
+  });
+
+  it("updateNetwork replaces the rules of a running sandbox; one without a policy says it cannot", async () => {
+    const s = await create({ denyOut: [hostAddr!] });
+    expect(await reach(s, hostAddr!)).toMatch(/^refused/);
+    await s.updateNetwork({});
+    expect(await reach(s, hostAddr!)).toBe("host-ok");
+    await s.updateNetwork({ allowOut: [hostAddr!], denyOut: ["0.0.0.0/0"] });
+    expect(await reach(s, hostAddr!)).toBe("host-ok");
+    expect(await reach(s, await gateway(s))).toMatch(/^refused/);
+    expect((await s.getInfo()).network).toMatchObject({ allowOut: [hostAddr!], denyOut: ["0.0.0.0/0"] });
+
+    const plain = await create();
+    const err = await rejection(plain.updateNetwork({ denyOut: ["0.0.0.0/0"] }));
+    expect(err.message).toMatch(/409: .*created without network\.allowOut\/denyOut/);
+    expect(await reach(plain, hostAddr!)).toBe("host-ok");
+  });
+
+  it("a killed sandbox leaves no rules and no device behind", async () => {
+    const s = await create({ denyOut: ["192.0.2.123"] });
+    const chain = `sbx_${s.sandboxId}`;
+    const device = `l2b${s.sandboxId.slice(-12)}`;
+    expect(nftHas(chain)).toBe(true);
+    await s.kill();
+    expect(nftHas(chain)).toBe(false);
+    expect(() => execFileSync("ip", ["link", "show", device], { stdio: "ignore" })).toThrow();
+  });
+
+  it("refuses entries it cannot enforce with a 400 that names them", async () => {
+    const cases: [Record<string, string[]>, RegExp][] = [
+      [{ allowOut: ["*.example.com"] }, /wildcard domains are not supported/],
+      [{ allowOut: ["not an address!"] }, /'not an address!' is not a CIDR block, an IP address or a domain name/],
+      [{ denyOut: ["10.0.0.0/33"] }, /invalid prefix length/],
+      [{ denyOut: ["example.com"] }, /domain names are not supported in deny rules/],
+      [{ allowOut: ["2001:db8::1"] }, /IPv6/],
+    ];
+    for (const [network, message] of cases) {
+      const err = await rejection(create(network));
+      // The JS SDK surfaces a create's 400 as a SandboxError "400: <message>".
+      expect(err.message, JSON.stringify(network)).toMatch(/^400: network\./);
+      expect(err.message).toMatch(message);
+    }
+  });
+});
+
+// A domain name in allowOut is resolved when the sandbox is created. Checked against a package
+// registry, the one kind of remote host these machines can reach.
+const REGISTRY = "deb.debian.org";
+function registryReachable(): boolean {
+  try {
+    execFileSync("curl", ["-s", "-o", "/dev/null", "-m", "10", `http://${REGISTRY}/`], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}
+const registryMissing = missing ?? (registryReachable() ? undefined : `${REGISTRY} is not reachable from this host`);
+
+describe.skipIf(registryMissing !== undefined)(`egress policies with domain names${registryMissing ? ` (skipped: ${registryMissing})` : ""}`, () => {
+  it("allowOut with a domain name lets the sandbox reach that host and nothing else; DNS keeps working", async () => {
+    const s = await create({ allowOut: [REGISTRY], denyOut: ["0.0.0.0/0"] });
+    const ok = await s.commands.run(`curl -s -o /dev/null -w '%{http_code}' -m 15 http://${REGISTRY}/ || echo refused`);
+    expect(ok.stdout).toMatch(/^[23]\d\d$/);
+    expect(await reach(s, hostAddr!)).toMatch(/^refused/);
+  });
+});
