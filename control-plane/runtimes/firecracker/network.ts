@@ -1,8 +1,10 @@
 // Network for sandboxes created with allowInternetAccess: one tap device per
 // VM (`l2b<short id>`) with a /30 of NET_BASE, the host at .1 and the guest
 // at .2 (the guest kernel configures eth0 from the `ip=` boot argument).
-// Egress to the internet needs the host to forward and masquerade NET_BASE
-// (scripts/setup-host does it); finer egress policy is not implemented.
+// Egress to the internet needs the host to forward and masquerade NET_BASE:
+// the process runtime's egress table (process/egress-net.ts) does it once a
+// sandbox with a policy has run; otherwise it is the host's set-up
+// (docs/microvms.md). Egress allow/deny lists are not enforced for VMs yet.
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
