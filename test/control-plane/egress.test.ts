@@ -6,9 +6,11 @@
 // the host), so no internet is needed; a domain name in allowOut is checked
 // with a package registry where this machine can reach one.
 import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
-import { networkInterfaces } from "node:os";
+import { networkInterfaces, tmpdir } from "node:os";
+import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { egressUnsupported } from "../../control-plane/runtimes/process/egress-net.js";
@@ -151,6 +153,31 @@ describe.skipIf(missing !== undefined)(`egress policies on the process runtime${
     await s.kill();
     expect(nftHas(chain)).toBe(false);
     expect(() => execFileSync("ip", ["link", "show", device], { stdio: "ignore" })).toThrow();
+  });
+
+  it("a policy holds across a control-plane restart, and the re-adopted sandbox still cleans up", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-egress-restart-"));
+    const apiKey = `e2b_${"e".repeat(40)}`;
+    const start = () => startTestControlPlane({ dataDir, apiKey, runtime: new ProcessRuntime() });
+    let other = await start();
+    let restore = setEnv({ ...other.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    try {
+      const s = await Sandbox.create("base", { network: { denyOut: [hostAddr!] } });
+      expect(await reach(s, hostAddr!)).toMatch(/^refused/);
+      restore();
+      await other.stopKeepingSandboxes();
+      other = await start();
+      restore = setEnv({ ...other.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+      const again = await Sandbox.connect(s.sandboxId);
+      expect(await reach(again, hostAddr!)).toMatch(/^refused/);
+      expect(nftHas(`sbx_${s.sandboxId}`)).toBe(true);
+      await again.kill();
+      expect(nftHas(`sbx_${s.sandboxId}`)).toBe(false);
+    } finally {
+      restore();
+      await other.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it("refuses entries it cannot enforce with a 400 that names them", async () => {

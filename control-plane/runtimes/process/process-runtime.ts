@@ -11,7 +11,7 @@ import type { SandboxCgroup } from "./cgroups.js";
 import { ProcessInstance, type PersistedProcessInstance } from "./instance.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
 import { cmdline, isRunning, procStat, signalGroup } from "./procfs.js";
-import { egressUnsupported, setUpEgress, type EgressRecord } from "./egress-net.js";
+import { egressUnsupported, setUpEgress, tearDownEgress, type EgressRecord } from "./egress-net.js";
 import { prepareTemplateDirs } from "./template-root.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
 
@@ -209,6 +209,7 @@ export class ProcessRuntime implements Runtime {
           .then(() => cgroup.remove())
           .catch((err: unknown) => log.warn({ err }, "cannot clean up a dead sandbox's cgroup"));
       }
+      if (isEgressRecord(p.egress)) await tearDownEgress(p.egress);
       return undefined;
     }
     const mode: IsolationMode = p.mode === "root" || p.mode === "userns" || p.mode === "none" ? p.mode : "none";
