@@ -76,10 +76,15 @@ export class SandboxManager {
         shape: { templateId: "base", ...o.defaults },
         runtime: () => this.runtimes.forTemplate("base"),
         dir: (id) => this.dir(id),
-        waitReady: (id, inst) => this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => inst.alive()),
+        waitReady: (id, inst) => this.waitReady(id, inst),
         log: o.log.child({ component: "warm-pool" }),
       });
     }
+  }
+
+  /** Until the instance's envd answers; a VM is not dialed before its vsock is set up (Instance.vsockReady). */
+  private waitReady(id: string, inst: Instance): Promise<void> {
+    return this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => inst.alive(), () => inst.vsockReady?.() ?? true);
   }
 
   private readyMs(inst: Instance): number {
@@ -237,8 +242,7 @@ export class SandboxManager {
       try {
         inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log });
         rec = this.save({ ...rec, runtimeData: inst.persisted });
-        const live = inst;
-        await this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => live.alive());
+        await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.

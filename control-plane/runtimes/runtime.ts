@@ -65,6 +65,8 @@ export interface Instance {
   onExit(listener: (reason: string) => void): void;
   /** Host memory the instance uses now (a VMM's resident set: guest RAM it touched plus its own), for metrics. */
   hostMemoryBytes?(): number;
+  /** False while dialing the sandbox could harm it (a VM whose vsock device is not set up yet); absent: always fine. */
+  vsockReady?(): boolean;
   /** Replaces the sandbox's egress rules (undefined: none); rejects when it has no network of its own to filter. */
   updateEgress?(policy: EgressPolicy | undefined): Promise<void>;
   /** Console/agent log lines, newest last (for the logs endpoints). */

@@ -49,7 +49,14 @@ export class EnvdClient {
   }
 
   /** Polls GET /health until 204 or the deadline. */
-  async waitReady(sandboxId: string, socketPath: string, timeoutMs: number, isAlive: () => Promise<boolean>): Promise<void> {
+  async waitReady(
+    sandboxId: string,
+    socketPath: string,
+    timeoutMs: number,
+    isAlive: () => Promise<boolean>,
+    /** False while the sandbox must not be dialed yet (Instance.vsockReady). */
+    canDial: () => boolean = () => true,
+  ): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     let last = "no answer yet";
     // A connect to a socket that is not there yet fails in microseconds: poll
@@ -57,6 +64,11 @@ export class EnvdClient {
     // After a second it is a booting VM: poll gently, each dial reaches its guest.
     const start = Date.now();
     while (Date.now() < deadline) {
+      if (!canDial()) {
+        if (!(await isAlive())) throw new Error(`sandbox ${sandboxId} exited while starting (its guest never got to listen on vsock)`);
+        await new Promise((r) => setTimeout(r, 20));
+        continue;
+      }
       const delay = Date.now() - start < 1_000 ? 3 : 50;
       try {
         const res = await this.request(sandboxId, socketPath, { method: "GET", path: "/health", timeoutMs: 2_000 });

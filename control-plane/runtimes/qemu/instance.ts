@@ -1,13 +1,18 @@
 import type { ChildProcess } from "node:child_process";
-import { readFileSync, rmSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
+import { ConsoleWatch } from "./console-watch.js";
 import { Qmp } from "./qmp.js";
 
 const WATCH_INTERVAL_MS = 250;
+/** What the guest init prints on the console once its vsock listener is up (rootfs/init/listener.c). */
+const VSOCK_UP_LINE = "locale2b-init: listening on vsock port 49983";
+/** Past this, dial even without that line (a console that says something else must not make a create wait forever). */
+const VSOCK_UP_FALLBACK_MS = 60_000;
 const MiB = 1024 * 1024;
 /** After holding the host's vsock traffic, let bytes already written reach the guest before stopping it. */
 const SETTLE_MS = 30;
@@ -68,10 +73,14 @@ export class QemuInstance implements Instance {
   private killed = false;
   private cpuSample: { ns: number; at: bigint };
   bootMs: number | undefined;
+  private readonly born = Date.now();
+  private readonly vsockUp: ConsoleWatch;
+  private vringWorkerSeen = false;
 
   constructor(private readonly o: QemuInstanceInit) {
     this.sandboxId = o.sandboxId;
     this.socketPath = o.layout.vsock;
+    this.vsockUp = new ConsoleWatch(o.layout.console, VSOCK_UP_LINE);
     // Under emulation a guest boots in seconds, slower with several busy sandboxes on 2 cores.
     this.readyTimeoutMs = o.accel === "tcg" ? 180_000 : 30_000;
     o.children?.qemu.once("exit", (code, signal) => this.died(`QEMU exited (${signal ?? `status ${code}`})`));
@@ -79,6 +88,7 @@ export class QemuInstance implements Instance {
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!isRunning(o.qemu.pid, o.qemu.startTime)) this.died("QEMU exited");
       else if (!isRunning(o.vhost.pid, o.vhost.startTime)) this.died("vhost-device-vsock exited");
+      else if (this.vringWorkerGone()) this.died("vhost-device-vsock's vring worker exited: the VM's vsock is gone for good");
     });
     this.cpuSample = { ns: this.cpuNs(), at: process.hrtime.bigint() };
   }
@@ -108,6 +118,36 @@ export class QemuInstance implements Instance {
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
+  }
+
+  /**
+   * True once the guest's vsock device is set up, i.e. its init says it
+   * listens. vhost-device-vsock 0.3.0's vring worker exits for good when a
+   * host connection arrives after the guest mapped its memory but before it
+   * set up the queues (about 1.5 s into a TCG boot): the VM boots, and its
+   * vsock never answers. So the host dials only after that line.
+   */
+  vsockReady(): boolean {
+    return this.vsockUp.seen() || Date.now() - this.born > VSOCK_UP_FALLBACK_MS;
+  }
+
+  /** The daemon had its `vring_worker` thread and has lost it (see vsockReady). */
+  private vringWorkerGone(): boolean {
+    let names: string[];
+    try {
+      names = readdirSync(`/proc/${this.o.vhost.pid}/task`).map((t) => {
+        try {
+          return readFileSync(`/proc/${this.o.vhost.pid}/task/${t}/comm`, "latin1").trim();
+        } catch {
+          return "";
+        }
+      });
+    } catch {
+      return false; // gone: the isRunning check says so
+    }
+    const has = names.includes("vring_worker");
+    if (has) this.vringWorkerSeen = true;
+    return this.vringWorkerSeen && !has;
   }
 
   async alive(): Promise<boolean> {
