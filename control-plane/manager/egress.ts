@@ -1,7 +1,7 @@
 import { lookup } from "node:dns/promises";
 import net from "node:net";
-import type { Runtime } from "../runtimes/runtime.js";
-import { ControlPlaneError } from "./types.js";
+import type { Instance, Runtime } from "../runtimes/runtime.js";
+import { ControlPlaneError, type SandboxRecord } from "./types.js";
 
 /**
  * A sandbox's egress policy (E2B's `network.allowOut` / `denyOut`), as IPv4
@@ -111,4 +111,19 @@ export function networkAfterUpdate(current: unknown, update: Record<string, unkn
     else base[key] = update[key];
   }
   return base;
+}
+
+/** Applies PUT /network's rules to a sandbox's instance; `conflict` when it cannot have them. */
+export async function applyNetworkUpdate(
+  rec: SandboxRecord,
+  inst: Instance | undefined,
+  update: Record<string, unknown>,
+  allowInternetAccess: boolean,
+): Promise<void> {
+  if ((rec.state !== "running" && rec.state !== "paused") || !inst) throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is ${rec.state}`);
+  if (!inst.updateEgress) throw new ControlPlaneError("conflict", `the ${rec.runtime} runtime cannot change a sandbox's network rules`);
+  const policy = await resolveEgress(update, allowInternetAccess);
+  await inst.updateEgress(policy).catch((err: Error) => {
+    throw new ControlPlaneError("conflict", err.message);
+  });
 }

@@ -9,7 +9,8 @@ import type { EnvdClient } from "../transport/envd-client.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
-import { egressFor, networkAfterUpdate, resolveEgress } from "./egress.js";
+import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
+import { InstanceTable } from "./instances.js";
 import { checkCapacity, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
 import {
@@ -60,9 +61,7 @@ const DEAD_RETENTION_MS = 24 * 3600_000;
  */
 export class SandboxManager {
   readonly events = new LifecycleBus();
-  private readonly instances = new Map<string, Instance>();
-  /** The runtime each live instance runs on. */
-  private readonly instanceRuntime = new Map<string, string>();
+  private readonly instances = new InstanceTable();
   private readonly locks = new KeyedLock();
   private readonly runtimes: RuntimeSet;
   private readonly warm: WarmPool | undefined;
@@ -119,7 +118,7 @@ export class SandboxManager {
   async close(): Promise<void> {
     clearInterval(this.reaper);
     await this.warm?.close();
-    for (const inst of this.instances.values()) inst.detach?.();
+    for (const inst of this.instances.all()) inst.detach?.();
     this.o.pool.destroy();
   }
 
@@ -153,11 +152,7 @@ export class SandboxManager {
 
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
   hostMemory(): { sandboxId: string; runtime: string; bytes: number }[] {
-    const out: { sandboxId: string; runtime: string; bytes: number }[] = [];
-    for (const [id, inst] of this.instances) {
-      if (inst.hostMemoryBytes) out.push({ sandboxId: id, runtime: this.instanceRuntime.get(id) ?? this.o.runtime.name, bytes: inst.hostMemoryBytes() });
-    }
-    return out;
+    return this.instances.hostMemory();
   }
 
   private dir(id: string): string {
@@ -174,14 +169,12 @@ export class SandboxManager {
   }
 
   private track(id: string, inst: Instance, runtime: string): void {
-    this.instances.set(id, inst);
-    this.instanceRuntime.set(id, runtime);
+    this.instances.set(id, inst, runtime);
     inst.onExit((reason) => {
       void this.locks.run(id, async () => {
         const rec = this.o.store.getSandbox(id);
         if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
-        this.instances.delete(id);
-        this.instanceRuntime.delete(id);
+        this.instances.take(id);
         this.o.pool.forget(id);
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
@@ -326,9 +319,7 @@ export class SandboxManager {
   }
 
   private instance(rec: SandboxRecord): Instance {
-    const inst = this.instances.get(rec.id);
-    if (!inst) throw new ControlPlaneError("unavailable", `sandbox '${rec.id}' has no running instance`);
-    return inst;
+    return this.instances.require(rec.id);
   }
 
   /**
@@ -382,9 +373,7 @@ export class SandboxManager {
   }
 
   private async killLocked(rec: SandboxRecord, reason: string): Promise<void> {
-    const inst = this.instances.get(rec.id);
-    this.instances.delete(rec.id);
-    this.instanceRuntime.delete(rec.id);
+    const inst = this.instances.take(rec.id);
     this.o.pool.drop(rec.id);
     await inst?.kill();
     this.o.pool.forget(rec.id);
@@ -404,13 +393,7 @@ export class SandboxManager {
   async updateNetwork(id: string, update: Record<string, unknown>, allowInternetAccess: boolean): Promise<SandboxRecord> {
     return this.locks.run(id, async () => {
       const rec = this.get(id);
-      if (rec.state !== "running" && rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is ${rec.state}`);
-      const inst = this.instance(rec);
-      if (!inst.updateEgress) throw new ControlPlaneError("conflict", `the ${rec.runtime} runtime cannot change a sandbox's network rules`);
-      const policy = await resolveEgress(update, allowInternetAccess);
-      await inst.updateEgress(policy).catch((err: Error) => {
-        throw new ControlPlaneError("conflict", err.message);
-      });
+      await applyNetworkUpdate(rec, this.instances.get(id), update, allowInternetAccess);
       return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, update) });
     });
   }
