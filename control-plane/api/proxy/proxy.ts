@@ -6,11 +6,11 @@ import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
 import { forwardHeaders, isConnectPath, responseHeaders, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import type { Duplex } from "node:stream";
+import { dialGuestPort } from "../../transport/hybrid-vsock.js";
 import { forwardH2, H2Upstreams } from "./h2.js";
 import { RouteCache, type SandboxRoute } from "./routes.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
-import { dialGuestPort } from "../../transport/hybrid-vsock.js";
-import type { Duplex } from "node:stream";
 
 export interface EnvdProxy {
   /** True when the request is for a sandbox (routing headers, sandbox host, or a signed /files URL). */
@@ -33,6 +33,13 @@ interface Target {
 
 type Resolved = { sandboxId: string; route: SandboxRoute };
 type Refused = { status: number; message: string };
+
+/** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
+function trafficAllowed(req: IncomingMessage, route: SandboxRoute): boolean {
+  return route.trafficToken === undefined || req.headers["e2b-traffic-access-token"] === route.trafficToken;
+}
+
+const trafficRefusal = (sandboxId: string) => `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`;
 
 /** envd paths only the control plane may call (E2B's `x-internal`, and /init, which sets the token). */
 const INTERNAL = /^\/(init|freeze|unfreeze|collapse|fsfreeze|fsthaw|upgrade)(?:[/?]|$)/;
@@ -141,9 +148,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
    * sandbox was created with allowPublicTraffic: false.
    */
   const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
-    if (route.trafficToken !== undefined && req.headers["e2b-traffic-access-token"] !== route.trafficToken) {
-      return sendProxyError(res, 403, `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`, false);
-    }
+    if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
@@ -207,9 +212,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     const r = await resolve(req, t);
     if ("status" in r) return refuseUpgrade(socket, r.status, r.message);
     const { sandboxId, route } = r;
-    if (route.trafficToken !== undefined && req.headers["e2b-traffic-access-token"] !== route.trafficToken) {
-      return refuseUpgrade(socket, 403, `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`);
-    }
+    if (!trafficAllowed(req, route)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
     let upstream: Duplex;
     try {
       upstream = await dialGuestPort(route.socketPath, t.port, undefined, pool.gate(sandboxId));
