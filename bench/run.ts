@@ -1,5 +1,6 @@
 import { benchControlPlane } from "./sandboxes/index.js";
 import { benchExec } from "./exec.js";
+import { benchPorts } from "./ports.js";
 import { benchFiles } from "./files.js";
 import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
@@ -18,6 +19,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   files: benchFiles,
   sandboxes: benchControlPlane,
   vm: benchVm,
+  ports: benchPorts,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -36,6 +38,9 @@ sandboxes (the control plane, process runtime):
   LOCALE2B_BENCH_CAPACITY_SECONDS=300  time budget of the memory part
   LOCALE2B_BENCH_SANDBOX_PARTS   only these parts, e.g. "1,3" (1 create, 2 exec, 3 memory, 4 stream)
   LOCALE2B_BENCH_CP_NODE_ARGS    extra node flags for the server, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+ports (a server in a sandbox through getHost(port) vs directly, process runtime):
+  LOCALE2B_BENCH_PORT_BYTES=256M bytes per GET (repeated LOCALE2B_BENCH_REPS times)
+  LOCALE2B_BENCH_PORT_N=500      small GETs and echo round trips per path
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)
