@@ -6,7 +6,7 @@
 // exact API sequence and bodies the runtime sends, its error handling and
 // clean-up, and the control plane's path to envd over the VM's vsock socket.
 // test/vm/firecracker-real.test.ts boots real VMs where that is possible.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -434,5 +434,22 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
     expect(await health(inst.socketPath)).toBe(204);
     await inst.kill();
     expect(existsSync(`/sys/class/net/${tap}`)).toBe(false);
+  });
+
+  const nftRules = (chain: string) => {
+    const r = spawnSync("nft", ["list", "chain", "ip", "locale2b_egress", chain], { encoding: "utf8" });
+    return r.status === 0 ? r.stdout : undefined;
+  };
+  const canNft = canTap && spawnSync("nft", ["--version"]).status === 0;
+  it.skipIf(!canNft)(`an egress policy: a tap even without internet, nft rules on it, updated in place, removed by kill${canNft ? "" : " [skipped: needs root, /dev/net/tun and nft]"}`, async () => {
+    const inst = await create({ allowInternetAccess: false, egress: { allow: ["192.0.2.7/32"], deny: ["0.0.0.0/0"] } });
+    const chain = `sbx_${inst.sandboxId}`;
+    expect(existsSync(`/sys/class/net/l2b${inst.sandboxId.slice(-12)}`)).toBe(true);
+    expect(nftRules(chain)).toMatch(/ip daddr 192\.0\.2\.7 accept[\s\S]*ip daddr 0\.0\.0\.0\/0 reject/);
+    await inst.updateEgress({ allow: [], deny: ["198.51.100.0/24"] });
+    expect(nftRules(chain)).not.toContain("192.0.2.7");
+    expect(nftRules(chain)).toMatch(/ip daddr 198\.51\.100\.0\/24 reject/);
+    await inst.kill();
+    expect(nftRules(chain)).toBeUndefined();
   });
 });

@@ -41,6 +41,15 @@ describe("qemu command", () => {
     expect(kernelCmdline({ ...spec, network: true })).toMatch(/ ip=10\.0\.2\.15::10\.0\.2\.2:255\.255\.255\.0::eth0:off:10\.0\.2\.3/);
   });
 
+  it("an egress policy: a tap NIC on the sandbox's /30 instead of user-mode NAT", () => {
+    const tap = { tap: "l2babcdef012345", mac: "06:00:01:02:03:04", guest: "10.201.0.6", gateway: "10.201.0.5", netmask: "255.255.255.252", dns: "10.255.255.53" };
+    const args = qemuArgs({ ...spec, network: tap });
+    expect(option(args, "-netdev")).toEqual(["tap,id=net0,ifname=l2babcdef012345,script=no,downscript=no"]);
+    expect(option(args, "-device")).toContain("virtio-net-device,netdev=net0,mac=06:00:01:02:03:04");
+    expect(kernelCmdline({ ...spec, network: tap })).toMatch(/ ip=10\.201\.0\.6::10\.201\.0\.5:255\.255\.255\.252::eth0:off:10\.255\.255\.53 /);
+    expect(option(qemuArgs({ ...spec, network: false }), "-netdev")).toEqual([]);
+  });
+
   it("runs one vhost-device-vsock per VM whose socket speaks the hybrid-vsock handshake", () => {
     expect(vhostVsockArgs(layout)).toEqual(["--vm", `guest-cid=3,socket=${layout.vhostUser},uds-path=${layout.vsock}`]);
   });

@@ -11,6 +11,7 @@ import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
 import { createTap, deleteTap, ipBootArg } from "./network.js";
+import { applyPolicy, ensureEgressTable, missingTools, removePolicy } from "../egress-nft.js";
 import { latestRecord, writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
 import { firecrackerLaunch, jailerLaunch, spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -78,6 +79,11 @@ export class FirecrackerRuntime implements Runtime {
     return this.opts.jailer ?? jailRequested(this.env);
   }
 
+  /** Egress lists are nft rules on the VM's tap device (../egress-nft.ts). */
+  async egressUnsupported(): Promise<string | undefined> {
+    return missingTools(["nft", "ip"]);
+  }
+
   async check(): Promise<string[]> {
     const notes: string[] = [];
     const fc = findFirecracker(this.env);
@@ -138,7 +144,9 @@ export class FirecrackerRuntime implements Runtime {
       await copyRootfs(image.rootfsImage, rootfs, log);
       await growRootfs(rootfs, spec.diskSizeMB * MiB, log);
       const kernelPath = jail ? prepareJail(layout, jail, kernel) : kernel;
-      if (spec.allowInternetAccess) tap = await createTap(sandboxId, jail?.uid, log);
+      if (spec.allowInternetAccess || spec.egress) tap = await createTap(sandboxId, jail?.uid, log);
+      if (tap && spec.egress) await applyPolicy(tap.name, sandboxId, spec.egress, log);
+      else if (tap) await ensureEgressTable(log).catch((err: Error) => log.warn({ err: err.message }, "no NAT for sandbox networks: the VM may not reach the internet"));
       rmSync(layout.host("apiSock"), { force: true });
       rmSync(layout.host("vsock"), { force: true });
 
@@ -180,6 +188,7 @@ export class FirecrackerRuntime implements Runtime {
     } catch (err) {
       // Leave nothing behind: no process, no tap, no disk copy.
       if (vmm) await stopVmm(vmm.pid, vmm.startTime);
+      if (tap) await removePolicy(tap.name, sandboxId);
       if (tap) await deleteTap(tap.name);
       for (const f of ["apiSock", "vsock", "rootfs"] as const) rmSync(layout.host(f), { force: true });
       rmSync(layout.stateFile, { force: true });
@@ -215,6 +224,7 @@ export class FirecrackerRuntime implements Runtime {
       for (const f of ["apiSock", "vsock"] as const) rmSync(layout.host(f), { force: true });
       return new FirecrackerInstance({ ...init, record: { ...rec, pid: 0, startTime: 0 } });
     }
+    if (rec.tap) await removePolicy(rec.tap.name, sandboxId);
     if (rec.tap) await deleteTap(rec.tap.name);
     return undefined;
   }

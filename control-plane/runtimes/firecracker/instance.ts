@@ -10,6 +10,8 @@ import { diskUsage } from "./disk.js";
 import { resetJail } from "./jail.js";
 import type { VmLayout } from "./layout.js";
 import { deleteTap, restoreTap } from "./network.js";
+import { applyPolicy, removePolicy } from "../egress-nft.js";
+import type { EgressPolicy } from "../../manager/egress.js";
 import { toRecord, writeStateFile, type PersistedFirecracker } from "./state.js";
 import { spawnVmm, stopVmm, tailLines, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -105,6 +107,7 @@ export class FirecrackerInstance implements Instance {
     const reason = tail.length ? `${why} (last console line: ${tail[tail.length - 1]})` : why;
     this.o.log.warn({ reason, console: tail }, "microVM exited");
     if (this.rec.tap) void deleteTap(this.rec.tap.name);
+    if (this.rec.tap) void removePolicy(this.rec.tap.name, this.sandboxId);
     this.deaths.report(reason);
   }
 
@@ -215,6 +218,12 @@ export class FirecrackerInstance implements Instance {
     }
   }
 
+  /** New egress rules on the VM's tap (they outlive the tap's removal while paused: they match its name). */
+  async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
+    if (!this.rec.tap) throw new Error("this microVM was created without a network (allowInternetAccess: false and no egress policy)");
+    await applyPolicy(this.rec.tap.name, this.sandboxId, policy ?? { allow: [], deny: [] }, this.o.log);
+  }
+
   /** SIGKILLs Firecracker and removes the VM's files (disk, snapshot, sockets, jail); keeps console.log. */
   async kill(): Promise<void> {
     if (this.killed) return;
@@ -225,6 +234,7 @@ export class FirecrackerInstance implements Instance {
       log.warn({ pid: this.rec.pid }, "firecracker did not exit after SIGKILL");
     }
     if (this.rec.tap) await deleteTap(this.rec.tap.name);
+    if (this.rec.tap) await removePolicy(this.rec.tap.name, this.sandboxId);
     try {
       this.removeSockets();
       rmSync(this.rec.rootfs, { force: true });

@@ -1,22 +1,12 @@
-// The network of a process sandbox with an egress policy (E2B's
-// network.allowOut / denyOut): its own network namespace joined to the host
-// by a veth pair on a /30 of NET_BASE, NATed to the host's uplink, with the
-// policy enforced by nftables on the host side, where the sandbox cannot
-// change it:
-//
-//   table ip locale2b_egress
-//     map sandboxes            ifname → jump sbx_<id>   (one element per sandbox)
-//     chain forward / input    iifname vmap @sandboxes  (to the internet / to the host itself)
-//     chain postrouting        masquerade NET_BASE leaving by any other device
-//     chain sbx_<id>           DNS to the host's resolvers: accept
-//                              allow CIDRs: accept; deny CIDRs: reject (admin-prohibited)
-import { readFileSync, readlinkSync, writeFileSync } from "node:fs";
+// The network of a process sandbox with an egress policy: its own network
+// namespace joined to the host by a veth pair on a /30 of NET_BASE, NATed to
+// the host's uplink, the policy enforced on the host end (../egress-nft.ts).
+import { readlinkSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/checks.js";
 import type { EgressPolicy } from "../../manager/egress.js";
-import { addresses, deleteDevice, deviceName, ip, NET_BASE, run, withFreeIndex } from "../host-net.js";
-
-const TABLE = "locale2b_egress";
+import { applyPolicy, missingTools, policyChain, removePolicy } from "../egress-nft.js";
+import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../host-net.js";
 
 /** What a sandbox's network is, kept with the sandbox so it can be torn down after a restart. */
 export interface EgressRecord {
@@ -25,80 +15,11 @@ export interface EgressRecord {
   chain: string;
 }
 
-/** What this host lacks for egress policies, or undefined when it has it all. */
+/** What this host lacks for egress policies on the process runtime, or undefined when it has it all. */
 export function egressUnsupported(mode: string, netns: boolean): string | undefined {
   if (mode !== "root") return "they need the server to run as root";
   if (!netns) return "network namespaces are not available";
-  const missing = ["nft", "ip", "nsenter"].filter((t) => !findExecutable(t));
-  if (missing.length) return `missing ${missing.join(", ")} (run scripts/setup-host, or install nftables, iproute2 and util-linux)`;
-  return undefined;
-}
-
-async function nft(script: string): Promise<void> {
-  const bin = findExecutable("nft")!;
-  await new Promise<void>((resolve, reject) => {
-    const child = run(bin, ["-f", "-"], { encoding: "utf8" });
-    child.child.stdin?.end(script);
-    child.then(
-      () => resolve(),
-      (err: { stderr?: string; message: string }) => reject(new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`)),
-    );
-  });
-}
-
-let tableReady: Promise<void> | undefined;
-
-/** The shared table and chains (once per server process; an existing table from an earlier run is kept). */
-function ensureTable(log: Logger): Promise<void> {
-  tableReady ??= (async () => {
-    const exists = await run(findExecutable("nft")!, ["list", "table", "ip", TABLE]).then(
-      () => true,
-      () => false,
-    );
-    if (!exists) {
-      await nft(
-        [
-          `add table ip ${TABLE}`,
-          `add map ip ${TABLE} sandboxes { type ifname : verdict; }`,
-          `add chain ip ${TABLE} forward { type filter hook forward priority filter; policy accept; }`,
-          `add rule ip ${TABLE} forward iifname vmap @sandboxes`,
-          `add chain ip ${TABLE} input { type filter hook input priority filter; policy accept; }`,
-          `add rule ip ${TABLE} input iifname vmap @sandboxes`,
-          `add chain ip ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
-          `add rule ip ${TABLE} postrouting ip saddr ${NET_BASE} oifname != "l2b*" masquerade`,
-        ].join("\n"),
-      );
-    }
-    if (readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim() !== "1") {
-      writeFileSync("/proc/sys/net/ipv4/ip_forward", "1\n");
-      log.info("enabled IPv4 forwarding (net.ipv4.ip_forward=1) for sandbox networks");
-    }
-  })().catch((err: unknown) => {
-    tableReady = undefined;
-    throw err;
-  });
-  return tableReady;
-}
-
-/** The IPv4 name servers sandboxes resolve with (the host's /etc/resolv.conf, which they share). */
-function nameServers(): string[] {
-  try {
-    return readFileSync("/etc/resolv.conf", "utf8")
-      .split("\n")
-      .map((l) => /^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$/.exec(l)?.[1])
-      .filter((a): a is string => a !== undefined && !a.startsWith("127."));
-  } catch {
-    return [];
-  }
-}
-
-/** The sandbox's chain: DNS first, then allow (wins), then deny. */
-export function policyRules(chain: string, policy: EgressPolicy, dns: string[]): string[] {
-  const rules = [`add chain ip ${TABLE} ${chain}`];
-  for (const d of dns) rules.push(`add rule ip ${TABLE} ${chain} ip daddr ${d} meta l4proto { tcp, udp } th dport 53 accept`);
-  for (const a of policy.allow) rules.push(`add rule ip ${TABLE} ${chain} ip daddr ${a} accept`);
-  for (const d of policy.deny) rules.push(`add rule ip ${TABLE} ${chain} ip daddr ${d} reject with icmp type admin-prohibited`);
-  return rules;
+  return missingTools(["nft", "ip", "nsenter"]);
 }
 
 /** Waits until `pid` (the sandbox's unshare, right after spawn) is in a network namespace other than ours. */
@@ -122,11 +43,10 @@ async function netnsOf(pid: number): Promise<string> {
  * applies its policy. On failure nothing is left behind.
  */
 export async function setUpEgress(sandboxId: string, pid: number, policy: EgressPolicy, log: Logger): Promise<EgressRecord> {
-  await ensureTable(log);
   const ns = await netnsOf(pid);
   const device = deviceName(sandboxId);
   const peer = `l2p${sandboxId.slice(-12)}`;
-  const chain = `sbx_${sandboxId}`;
+  const chain = policyChain(sandboxId);
   const inNs = [findExecutable("nsenter")!, `--net=${ns}`];
   return withFreeIndex(async (index) => {
     const a = addresses(index);
@@ -141,7 +61,7 @@ export async function setUpEgress(sandboxId: string, pid: number, policy: Egress
       await ip(["link", "set", "eth0", "up"], inNs);
       await ip(["link", "set", "lo", "up"], inNs);
       await ip(["route", "add", "default", "via", a.host], inNs);
-      await nft([...policyRules(chain, policy, nameServers()), `add element ip ${TABLE} sandboxes { "${device}" : jump ${chain} }`].join("\n"));
+      await applyPolicy(device, sandboxId, policy, log);
     } catch (err) {
       await tearDownEgress(rec);
       throw err;
@@ -151,17 +71,8 @@ export async function setUpEgress(sandboxId: string, pid: number, policy: Egress
   });
 }
 
-/** Replaces a sandbox's rules in one transaction (its connections keep their conntrack state). */
-export async function replaceEgressRules(rec: EgressRecord, policy: EgressPolicy): Promise<void> {
-  await nft([`flush chain ip ${TABLE} ${rec.chain}`, ...policyRules(rec.chain, policy, nameServers())].join("\n"));
-}
-
 /** Removes a sandbox's rules and its veth (gone anyway with its namespace); what is already gone is fine. */
 export async function tearDownEgress(rec: EgressRecord): Promise<void> {
-  const bin = findExecutable("nft");
-  if (bin) {
-    await run(bin, ["delete", "element", "ip", TABLE, "sandboxes", `{ "${rec.device}" }`]).catch(() => undefined);
-    await run(bin, ["delete", "chain", "ip", TABLE, rec.chain]).catch(() => undefined);
-  }
+  await removePolicy(rec.device, rec.chain.replace(/^sbx_/, ""));
   await deleteDevice(rec.device);
 }

@@ -7,7 +7,8 @@ import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
 import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signalPids, waitFor } from "./procfs.js";
 import { removeSandboxFs, type SandboxLayout } from "./sandbox-fs.js";
-import { replaceEgressRules, tearDownEgress, type EgressRecord } from "./egress-net.js";
+import { tearDownEgress, type EgressRecord } from "./egress-net.js";
+import { applyPolicy } from "../egress-nft.js";
 import type { EgressPolicy } from "../../manager/egress.js";
 
 /** unshare exits as the namespace's init did, which exits as envd did (128 + n: killed by signal n). */
@@ -195,7 +196,8 @@ export class ProcessInstance implements Instance {
         "this sandbox was created without network.allowOut/denyOut, so it has no network of its own to filter (it shares the host's, or has none): create it with an egress policy to change its rules later",
       );
     }
-    await replaceEgressRules(this.o.egress, policy ?? { allow: [], deny: [] });
+    // One nft transaction: the sandbox's connections keep their conntrack state.
+    await applyPolicy(this.o.egress.device, this.o.sandboxId, policy ?? { allow: [], deny: [] }, this.o.log);
   }
 
   async alive(): Promise<boolean> {

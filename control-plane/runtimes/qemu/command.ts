@@ -40,8 +40,22 @@ export interface VmSpec {
   /** Host TSC frequency in kHz (TCG: tells the guest kernel not to calibrate, which can hang). */
   tscKHz?: number;
   envdLogLevel?: string;
-  /** Internet access through QEMU's user-mode network (NAT, no inbound); no NIC at all without it. */
-  network?: boolean;
+  /**
+   * true: internet access through QEMU's user-mode network (NAT, no inbound);
+   * a tap: the host's device for a VM with an egress policy (nft filters it);
+   * false: no NIC at all.
+   */
+  network?: boolean | TapNetwork;
+}
+
+/** A VM's tap device and its /30 (host side `gateway`, the guest configured by the kernel's `ip=`). */
+export interface TapNetwork {
+  tap: string;
+  mac: string;
+  guest: string;
+  gateway: string;
+  netmask: string;
+  dns: string;
 }
 
 /** QEMU user-mode networking's fixed addresses (guest, gateway, DNS). */
@@ -72,7 +86,8 @@ export function kernelCmdline(spec: Pick<VmSpec, "sandboxId" | "accel" | "tscKHz
   }
   // The kernel configures eth0 itself (CONFIG_IP_PNP); the DNS server shows in /proc/net/pnp,
   // which the template's /etc/resolv.conf points at.
-  if (spec.network) args.push(`ip=${SLIRP.guest}::${SLIRP.gateway}:${SLIRP.netmask}::eth0:off:${SLIRP.dns}`);
+  const n = spec.network === true ? SLIRP : spec.network || undefined;
+  if (n) args.push(`ip=${n.guest}::${n.gateway}:${n.netmask}::eth0:off:${n.dns}`);
   args.push(`l2b.hostname=${spec.sandboxId}`, `l2b.epoch=${Math.floor(now / 1000)}`);
   if (spec.envdLogLevel) args.push(`l2b.envd_log=${spec.envdLogLevel}`);
   return args.join(" ");
@@ -106,7 +121,10 @@ export function qemuArgs(spec: VmSpec, now = Date.now()): string[] {
     "-device", "vhost-user-vsock-device,chardev=vhu",
     "-serial", `file:${l.console}`,
     "-qmp", `unix:${l.qmp},server=on,wait=off`,
-    ...(spec.network ? ["-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0"] : []),
+    ...(spec.network === true ? ["-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0"] : []),
+    ...(spec.network && spec.network !== true
+      ? ["-netdev", `tap,id=net0,ifname=${spec.network.tap},script=no,downscript=no`, "-device", `virtio-net-device,netdev=net0,mac=${spec.network.mac}`]
+      : []),
   ];
 }
 

@@ -5,7 +5,11 @@ import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
+import type { EgressPolicy } from "../../manager/egress.js";
+import { applyPolicy } from "../egress-nft.js";
+import type { TapRecord } from "../firecracker/state.js";
 import { ConsoleWatch } from "./console-watch.js";
+import { releaseTap } from "./tap.js";
 import { Qmp } from "./qmp.js";
 
 const WATCH_INTERVAL_MS = 250;
@@ -31,6 +35,8 @@ export type PersistedQemuInstance = {
   memoryMB: number;
   accel: "kvm" | "tcg";
   bootMs?: number;
+  /** The VM's tap device, when it was created with an egress policy. */
+  tap?: TapRecord;
 };
 
 export interface QemuInstanceInit {
@@ -45,6 +51,7 @@ export interface QemuInstanceInit {
   log: Logger;
   /** Set when we spawned them (not after a restart): their exit events are immediate. */
   children?: { qemu: ChildProcess; vhost: ChildProcess };
+  tap?: TapRecord;
 }
 
 function tailLines(path: string, max: number): string[] {
@@ -95,7 +102,7 @@ export class QemuInstance implements Instance {
 
   get persisted(): PersistedQemuInstance {
     const o = this.o;
-    return { v: 1, qemu: o.qemu, vhost: o.vhost, cpuCount: o.cpuCount, memoryMB: o.memoryMB, accel: o.accel, bootMs: this.bootMs };
+    return { v: 1, qemu: o.qemu, vhost: o.vhost, cpuCount: o.cpuCount, memoryMB: o.memoryMB, accel: o.accel, bootMs: this.bootMs, ...(o.tap ? { tap: o.tap } : {}) };
   }
 
   async pause(): Promise<void> {
@@ -118,6 +125,7 @@ export class QemuInstance implements Instance {
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
+    if (this.o.tap) await releaseTap(this.o.tap, this.sandboxId);
   }
 
   /**
@@ -148,6 +156,13 @@ export class QemuInstance implements Instance {
     const has = names.includes("vring_worker");
     if (has) this.vringWorkerSeen = true;
     return this.vringWorkerSeen && !has;
+  }
+
+  async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
+    if (!this.o.tap) {
+      throw new Error("this VM was created without network.allowOut/denyOut, so its network is QEMU's user-mode NAT (or none), which cannot be filtered: create it with an egress policy to change its rules later");
+    }
+    await applyPolicy(this.o.tap.name, this.sandboxId, policy ?? { allow: [], deny: [] }, this.o.log);
   }
 
   async alive(): Promise<boolean> {
@@ -225,6 +240,7 @@ export class QemuInstance implements Instance {
     this.killProcesses();
     const tail = tailLines(this.o.layout.console, 5).join(" | ");
     this.o.log.warn({ reason, console: tail }, "microVM exited");
+    if (this.o.tap) void releaseTap(this.o.tap, this.sandboxId);
     this.deaths.report(reason);
   }
 }

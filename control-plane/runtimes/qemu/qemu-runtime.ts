@@ -8,6 +8,7 @@ import type { InstanceSpec, Runtime } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
+import { releaseTap, tapForPolicy, tapUnsupported } from "./tap.js";
 import { Qmp } from "./qmp.js";
 
 export class RuntimeUnavailableError extends Error {
@@ -99,6 +100,11 @@ export class QemuRuntime implements Runtime {
     return this.tools;
   }
 
+  /** Egress lists: a tap device per such VM, filtered by nft (./tap.ts). */
+  async egressUnsupported(): Promise<string | undefined> {
+    return tapUnsupported();
+  }
+
   async check(): Promise<string[]> {
     const t = await this.resolveTools();
     const notes = [`microVMs run under ${t.accel.toUpperCase()} (${t.accelReason}); kernel ${t.kernel}`];
@@ -123,7 +129,9 @@ export class QemuRuntime implements Runtime {
     const cpuCount = Math.max(1, t.accel === "tcg" ? Math.min(spec.cpuCount, tcgCpus) : spec.cpuCount);
     const memoryMB = Math.max(128, spec.memoryMB);
     const started: ChildProcess[] = [];
+    let tapped: Awaited<ReturnType<typeof tapForPolicy>> | undefined;
     try {
+      if (spec.egress) tapped = await tapForPolicy(spec.sandboxId, spec.egress, spec.log);
       const vhostChild = this.spawnDetached(t.vhost, vhostVsockArgs(layout), layout, spec.log);
       started.push(vhostChild);
       const vhost = await this.started(vhostChild, "vhost-device-vsock");
@@ -139,7 +147,7 @@ export class QemuRuntime implements Runtime {
         accel: t.accel,
         tscKHz: hostTscKHz(),
         envdLogLevel: this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL,
-        network: spec.allowInternetAccess,
+        network: tapped?.network ?? spec.allowInternetAccess,
       });
       const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);
       started.push(qemuChild);
@@ -159,9 +167,11 @@ export class QemuRuntime implements Runtime {
         accel: t.accel,
         log: spec.log,
         children: { qemu: qemuChild, vhost: vhostChild },
+        tap: tapped?.tap,
       });
     } catch (err) {
       for (const c of started) c.kill("SIGKILL");
+      if (tapped) await releaseTap(tapped.tap, spec.sandboxId);
       throw err;
     }
   }
@@ -175,6 +185,7 @@ export class QemuRuntime implements Runtime {
       for (const proc of [p.qemu, p.vhost]) {
         if (isRunning(proc.pid, proc.startTime)) process.kill(proc.pid, "SIGKILL");
       }
+      if (p.tap) await releaseTap(p.tap, sandboxId);
       return undefined;
     }
     const qmp = await Qmp.connect(layout.qmp, 5_000);
@@ -188,6 +199,7 @@ export class QemuRuntime implements Runtime {
       memoryMB: Number(p.memoryMB) || 512,
       accel: p.accel === "kvm" ? "kvm" : "tcg",
       log,
+      tap: p.tap,
     });
     inst.bootMs = p.bootMs;
     return inst;
