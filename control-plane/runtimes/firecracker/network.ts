@@ -2,9 +2,8 @@
 // VM (`l2b<short id>`) with a /30 of NET_BASE, the host at .1 and the guest
 // at .2 (the guest kernel configures eth0 from the `ip=` boot argument).
 // Egress to the internet needs the host to forward and masquerade NET_BASE:
-// the process runtime's egress table (process/egress-net.ts) does it once a
-// sandbox with a policy has run; otherwise it is the host's set-up
-// (docs/microvms.md). Egress allow/deny lists are not enforced for VMs yet.
+// the egress table (../egress-nft.ts) does it, and filters the tap when the
+// sandbox has an egress policy.
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
