@@ -9,13 +9,14 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import type net from "node:net";
-import { networkInterfaces, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { egressUnsupported } from "../../control-plane/runtimes/process/egress-net.js";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { nftChain, uplinkAddress } from "../helpers/egress.js";
 import { rejection, setEnv } from "../helpers/sdk.js";
 
 let cp: TestControlPlane;
@@ -23,16 +24,6 @@ let restoreEnv = () => {};
 let server: http.Server;
 let port: number;
 const created: Sandbox[] = [];
-
-/** The host's first non-loopback IPv4 address that is not a sandbox network's. */
-function uplinkAddress(): string | undefined {
-  for (const [name, addrs] of Object.entries(networkInterfaces())) {
-    if (name.startsWith("l2b")) continue;
-    const a = addrs?.find((x) => x.family === "IPv4" && !x.internal);
-    if (a) return a.address;
-  }
-  return undefined;
-}
 
 const runtime = new ProcessRuntime();
 const caps = await runtime.capabilities();
@@ -76,14 +67,7 @@ async function gateway(s: Sandbox): Promise<string> {
   return m![1]!;
 }
 
-function nftHas(chain: string): boolean {
-  try {
-    execFileSync("nft", ["list", "chain", "ip", "locale2b_egress", chain], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
+const nftHas = (chain: string) => nftChain(chain) !== undefined;
 
 describe.skipIf(missing !== undefined)(`egress policies on the process runtime${missing ? ` (skipped: ${missing})` : ""}`, () => {
   it("without a policy a sandbox shares the host's network and reaches the host", async () => {

@@ -6,23 +6,14 @@
 import { execFileSync } from "node:child_process";
 import http from "node:http";
 import type net from "node:net";
-import { networkInterfaces } from "node:os";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
 import { tapUnsupported } from "../../control-plane/runtimes/qemu/tap.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { nftChain, uplinkAddress } from "../helpers/egress.js";
 import { setEnv } from "../helpers/sdk.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
-
-function uplinkAddress(): string | undefined {
-  for (const [name, addrs] of Object.entries(networkInterfaces())) {
-    if (name.startsWith("l2b")) continue;
-    const a = addrs?.find((x) => x.family === "IPv4" && !x.internal);
-    if (a) return a.address;
-  }
-  return undefined;
-}
 
 const hostAddr = uplinkAddress();
 const missing = qemuMissing() ?? tapUnsupported() ?? (hostAddr ? undefined : "the host has no non-loopback IPv4 address");
@@ -48,14 +39,7 @@ afterAll(async () => {
   server?.close();
 });
 
-const nftHas = (chain: string) => {
-  try {
-    execFileSync("nft", ["list", "chain", "ip", "locale2b_egress", chain], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-};
+const nftHas = (chain: string) => nftChain(chain) !== undefined;
 
 describe.skipIf(missing !== undefined)(`egress policy on a qemu microVM${why}`, () => {
   it("denyOut refuses the listed address at once, the rest is reachable; updateNetwork lifts it; kill removes the rules", { timeout: 300_000 }, async () => {
