@@ -1,5 +1,6 @@
 """Sandbox lifecycle through the control plane: create, get_info, list, set_timeout, pause/connect, kill, auth, isolation."""
 
+import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -403,3 +404,53 @@ def test_get_host_reaches_a_server_in_the_sandbox(sandbox: Sandbox, control_plan
         lambda: httpx.get(f"{control_plane.url}/", headers={"Host": host}, timeout=10).status_code == 502,
         "502 once the server is gone",
     )
+
+
+def _uplink_address():
+    """The host's first non-loopback IPv4 address (a destination that needs no internet)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing address
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith(("127.", "10.201.")) else addr
+
+
+def test_egress_policy_and_update_network(control_plane):
+    import shutil
+    import subprocess
+
+    host = _uplink_address()
+    nft_ok = shutil.which("nft") is not None and subprocess.run(["nft", "--version"], capture_output=True).returncode == 0
+    if os.geteuid() != 0 or not nft_ok or host is None:
+        pytest.skip("egress policies need root, nftables (scripts/setup-host) and a non-loopback IPv4 address")
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"host-ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        sbx = Sandbox.create(template="base", network={"deny_out": [f"{host}/32"]})
+        try:
+            reach = f'curl -s -m 10 http://{host}:{port}/ || echo "refused (exit $?)"'
+            assert sbx.commands.run(reach).stdout.strip() == "refused (exit 7)"
+            sbx.update_network({"allow_out": [host], "deny_out": ["0.0.0.0/0"]})
+            assert sbx.commands.run(reach).stdout.strip() == "host-ok"
+            assert sbx.get_info().network is not None
+        finally:
+            sbx.kill()
+        with pytest.raises(Exception, match="wildcard domains are not supported"):
+            Sandbox.create(template="base", network={"allow_out": ["*.example.com"]})
+    finally:
+        server.shutdown()
