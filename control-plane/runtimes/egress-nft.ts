@@ -13,7 +13,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../host/checks.js";
 import type { EgressPolicy } from "../manager/egress.js";
-import { NET_BASE, run } from "./host-net.js";
+import { deleteDevice, NET_BASE, run } from "./host-net.js";
 
 const TABLE = "locale2b_egress";
 
@@ -24,15 +24,12 @@ export function missingTools(tools: string[]): string | undefined {
   return undefined;
 }
 
+/** Runs an nft script as one transaction. */
 async function nft(script: string): Promise<void> {
-  const bin = findExecutable("nft")!;
-  await new Promise<void>((resolve, reject) => {
-    const child = run(bin, ["-f", "-"], { encoding: "utf8" });
-    child.child.stdin?.end(script);
-    child.then(
-      () => resolve(),
-      (err: { stderr?: string; message: string }) => reject(new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`)),
-    );
+  const done = run(findExecutable("nft")!, ["-f", "-"], { encoding: "utf8" });
+  done.child.stdin?.end(script);
+  await done.catch((err: { stderr?: string; message: string }) => {
+    throw new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`);
   });
 }
 
@@ -114,4 +111,10 @@ export async function removePolicy(device: string, sandboxId: string): Promise<v
   if (!bin) return;
   await run(bin, ["delete", "element", "ip", TABLE, "sandboxes", `{ "${device}" }`]).catch(() => undefined);
   await run(bin, ["delete", "chain", "ip", TABLE, policyChain(sandboxId)]).catch(() => undefined);
+}
+
+/** A sandbox is gone: its policy and its host device (veth or tap) go too; what is already gone is fine. */
+export async function releaseDevice(device: string, sandboxId: string): Promise<void> {
+  await removePolicy(device, sandboxId);
+  await deleteDevice(device);
 }

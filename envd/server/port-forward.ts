@@ -1,5 +1,6 @@
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import net from "node:net";
+import { readLine, type NoLine } from "./read-line.js";
 
 /**
  * The user-port forwarder for sandboxes that share the host's network (the
@@ -142,62 +143,46 @@ export function resolveSandboxPort(port: number): { host: string } | { error: st
  * Never throws; a bad request or an unreachable port is answered with `ERR`.
  */
 export function serveForward(socket: net.Socket, rest: Buffer): void {
-  let seen = rest;
-  const timer = setTimeout(() => fail(`ERR bad request: no 'TCP <port>' line within ${LINE_TIMEOUT_MS / 1000} s`), LINE_TIMEOUT_MS);
-  const fail = (line: string) => {
-    clearTimeout(timer);
-    socket.off("data", onData);
-    socket.end(`${line}\n`);
-  };
-  const onData = (chunk: Buffer) => {
-    seen = Buffer.concat([seen, chunk]);
-    parse();
-  };
-  const parse = () => {
-    const nl = seen.indexOf(10);
-    if (nl < 0) {
-      if (seen.length > 64) fail("ERR bad request");
-      return;
-    }
-    clearTimeout(timer);
-    socket.off("data", onData);
-    socket.pause();
-    const m = /^TCP (\d{1,5})$/.exec(seen.subarray(0, nl).toString("latin1").trim());
-    const port = m ? Number(m[1]) : 0;
-    if (!m || port < 1 || port > 65535) return fail("ERR bad request");
-    const after = seen.subarray(nl + 1);
-    let target: ReturnType<typeof resolveSandboxPort>;
-    try {
-      target = resolveSandboxPort(port);
-    } catch (err) {
-      target = { error: `cannot inspect the sandbox's sockets: ${(err as Error).message}` };
-    }
-    if ("error" in target) return fail(`ERR ${port}: ${target.error}`);
-    const upstream = net.connect({ host: target.host, port, allowHalfOpen: true });
-    upstream.setNoDelay(true);
-    let connected = false;
-    const connectTimer = setTimeout(() => {
-      upstream.destroy();
-      fail(`ERR ${port}: timed out`);
-    }, CONNECT_TIMEOUT_MS);
-    upstream.on("error", (err: NodeJS.ErrnoException) => {
-      clearTimeout(connectTimer);
-      if (connected) return socket.destroy();
-      fail(`ERR ${port}: ${err.code === "ECONNREFUSED" ? "connection refused" : err.message.toLowerCase()}`);
-    });
-    upstream.once("connect", () => {
-      connected = true;
-      clearTimeout(connectTimer);
-      socket.write("OK\n");
-      if (after.length) upstream.write(after);
-      // pipe: back-pressure both ways, and each side's end is passed on (half-close).
-      socket.pipe(upstream);
-      upstream.pipe(socket);
-      socket.on("close", () => upstream.destroy());
-      upstream.on("close", (hadError) => hadError && socket.destroy());
-      socket.resume();
-    });
-  };
-  socket.on("data", onData);
-  parse();
+  const fail = (line: string) => void socket.end(`${line}\n`);
+  const noLine = (why: NoLine) =>
+    fail(why === "timeout" ? `ERR bad request: no 'TCP <port>' line within ${LINE_TIMEOUT_MS / 1000} s` : "ERR bad request");
+  readLine(socket, rest, 64, (line, after) => forward(socket, line, after, fail), noLine, LINE_TIMEOUT_MS);
+}
+
+/** Connects to the port a `TCP <port>` line names, then relays; `fail` answers `ERR` instead. */
+function forward(socket: net.Socket, line: string, after: Buffer, fail: (line: string) => void): void {
+  const m = /^TCP (\d{1,5})$/.exec(line);
+  const port = m ? Number(m[1]) : 0;
+  if (!m || port < 1 || port > 65535) return fail("ERR bad request");
+  let target: ReturnType<typeof resolveSandboxPort>;
+  try {
+    target = resolveSandboxPort(port);
+  } catch (err) {
+    target = { error: `cannot inspect the sandbox's sockets: ${(err as Error).message}` };
+  }
+  if ("error" in target) return fail(`ERR ${port}: ${target.error}`);
+  const upstream = net.connect({ host: target.host, port, allowHalfOpen: true });
+  upstream.setNoDelay(true);
+  let connected = false;
+  const connectTimer = setTimeout(() => {
+    upstream.destroy();
+    fail(`ERR ${port}: timed out`);
+  }, CONNECT_TIMEOUT_MS);
+  upstream.on("error", (err: NodeJS.ErrnoException) => {
+    clearTimeout(connectTimer);
+    if (connected) return socket.destroy();
+    fail(`ERR ${port}: ${err.code === "ECONNREFUSED" ? "connection refused" : err.message.toLowerCase()}`);
+  });
+  upstream.once("connect", () => {
+    connected = true;
+    clearTimeout(connectTimer);
+    socket.write("OK\n");
+    if (after.length) upstream.write(after);
+    // pipe: back-pressure both ways, and each side's end is passed on (half-close).
+    socket.pipe(upstream);
+    upstream.pipe(socket);
+    socket.on("close", () => upstream.destroy());
+    upstream.on("close", (hadError) => hadError && socket.destroy());
+    socket.resume();
+  });
 }

@@ -183,10 +183,11 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       });
       upRes.pipe(res);
     });
-    // A protocol switch (WebSocket) is not carried yet: say so rather than leave the client waiting.
+    // Upgrade requests never come here (upgrade() tunnels them, and the Upgrade header is not
+    // forwarded), so a 101 now is a server switching protocols unasked: refuse it, do not hang.
     upstream.on("upgrade", (_upRes, socket: { destroy(): void }) => {
       socket.destroy();
-      if (!res.headersSent) sendProxyError(res, 502, `sandbox ${sandboxId}: protocol upgrades (WebSocket) are not proxied yet`, false);
+      if (!res.headersSent) sendProxyError(res, 502, `sandbox ${sandboxId}: the server switched protocols on a request that did not ask to (send Upgrade and Connection: upgrade for a WebSocket)`, false);
     });
     upstream.on("error", (err: NodeJS.ErrnoException) => {
       if (res.headersSent || res.destroyed || closed) {

@@ -10,8 +10,8 @@ import { findFirecracker, findJailer, probeKvm, SETUP_HINT } from "./host.js";
 import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
-import { createTap, deleteTap, ipBootArg } from "./network.js";
-import { applyPolicy, ensureEgressTable, missingTools, removePolicy } from "../egress-nft.js";
+import { createTap, ipBootArg } from "./network.js";
+import { applyPolicy, ensureEgressTable, missingTools, releaseDevice } from "../egress-nft.js";
 import { latestRecord, writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
 import { firecrackerLaunch, jailerLaunch, spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -188,8 +188,7 @@ export class FirecrackerRuntime implements Runtime {
     } catch (err) {
       // Leave nothing behind: no process, no tap, no disk copy.
       if (vmm) await stopVmm(vmm.pid, vmm.startTime);
-      if (tap) await removePolicy(tap.name, sandboxId);
-      if (tap) await deleteTap(tap.name);
+      if (tap) await releaseDevice(tap.name, sandboxId);
       for (const f of ["apiSock", "vsock", "rootfs"] as const) rmSync(layout.host(f), { force: true });
       rmSync(layout.stateFile, { force: true });
       if (layout.jailDir) rmSync(layout.jailDir, { recursive: true, force: true });
@@ -224,8 +223,7 @@ export class FirecrackerRuntime implements Runtime {
       for (const f of ["apiSock", "vsock"] as const) rmSync(layout.host(f), { force: true });
       return new FirecrackerInstance({ ...init, record: { ...rec, pid: 0, startTime: 0 } });
     }
-    if (rec.tap) await removePolicy(rec.tap.name, sandboxId);
-    if (rec.tap) await deleteTap(rec.tap.name);
+    if (rec.tap) await releaseDevice(rec.tap.name, sandboxId);
     return undefined;
   }
 }

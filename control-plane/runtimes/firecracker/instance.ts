@@ -10,7 +10,7 @@ import { diskUsage } from "./disk.js";
 import { resetJail } from "./jail.js";
 import type { VmLayout } from "./layout.js";
 import { deleteTap, restoreTap } from "./network.js";
-import { applyPolicy, removePolicy } from "../egress-nft.js";
+import { applyPolicy, releaseDevice } from "../egress-nft.js";
 import type { EgressPolicy } from "../../manager/egress.js";
 import { toRecord, writeStateFile, type PersistedFirecracker } from "./state.js";
 import { spawnVmm, stopVmm, tailLines, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
@@ -106,8 +106,7 @@ export class FirecrackerInstance implements Instance {
     const tail = tailLines(this.o.layout.console, 5);
     const reason = tail.length ? `${why} (last console line: ${tail[tail.length - 1]})` : why;
     this.o.log.warn({ reason, console: tail }, "microVM exited");
-    if (this.rec.tap) void deleteTap(this.rec.tap.name);
-    if (this.rec.tap) void removePolicy(this.rec.tap.name, this.sandboxId);
+    if (this.rec.tap) void releaseDevice(this.rec.tap.name, this.sandboxId);
     this.deaths.report(reason);
   }
 
@@ -233,8 +232,7 @@ export class FirecrackerInstance implements Instance {
     if (this.rec.pid > 0 && !(await stopVmm(this.rec.pid, this.rec.startTime))) {
       log.warn({ pid: this.rec.pid }, "firecracker did not exit after SIGKILL");
     }
-    if (this.rec.tap) await deleteTap(this.rec.tap.name);
-    if (this.rec.tap) await removePolicy(this.rec.tap.name, this.sandboxId);
+    if (this.rec.tap) await releaseDevice(this.rec.tap.name, this.sandboxId);
     try {
       this.removeSockets();
       rmSync(this.rec.rootfs, { force: true });

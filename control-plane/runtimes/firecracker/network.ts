@@ -7,10 +7,8 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
-import { addresses, deleteDevice, deviceName, ip, NET_BASE, withFreeIndex } from "../host-net.js";
+import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../host-net.js";
 import type { TapRecord } from "./state.js";
-
-export { addresses, NET_BASE };
 
 /** The DNS server the `ip=` boot argument names (the guest's init copies /proc/net/pnp to resolv.conf). */
 const DEFAULT_DNS = "1.1.1.1";

@@ -5,14 +5,13 @@ import { readlinkSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/checks.js";
 import type { EgressPolicy } from "../../manager/egress.js";
-import { applyPolicy, missingTools, policyChain, removePolicy } from "../egress-nft.js";
-import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../host-net.js";
+import { applyPolicy, missingTools, releaseDevice } from "../egress-nft.js";
+import { addresses, deviceName, ip, withFreeIndex } from "../host-net.js";
 
 /** What a sandbox's network is, kept with the sandbox so it can be torn down after a restart. */
 export interface EgressRecord {
   device: string;
   index: number;
-  chain: string;
 }
 
 /** What this host lacks for egress policies on the process runtime, or undefined when it has it all. */
@@ -46,11 +45,10 @@ export async function setUpEgress(sandboxId: string, pid: number, policy: Egress
   const ns = await netnsOf(pid);
   const device = deviceName(sandboxId);
   const peer = `l2p${sandboxId.slice(-12)}`;
-  const chain = policyChain(sandboxId);
   const inNs = [findExecutable("nsenter")!, `--net=${ns}`];
   return withFreeIndex(async (index) => {
     const a = addresses(index);
-    const rec = { device, index, chain };
+    const rec = { device, index };
     try {
       await ip(["link", "add", device, "type", "veth", "peer", "name", peer]);
       await ip(["link", "set", peer, "netns", String(pid)]);
@@ -63,16 +61,10 @@ export async function setUpEgress(sandboxId: string, pid: number, policy: Egress
       await ip(["route", "add", "default", "via", a.host], inNs);
       await applyPolicy(device, sandboxId, policy, log);
     } catch (err) {
-      await tearDownEgress(rec);
+      await releaseDevice(device, sandboxId);
       throw err;
     }
     log.debug({ device, address: a.guest, allow: policy.allow, deny: policy.deny }, "sandbox network set up");
     return rec;
   });
-}
-
-/** Removes a sandbox's rules and its veth (gone anyway with its namespace); what is already gone is fine. */
-export async function tearDownEgress(rec: EgressRecord): Promise<void> {
-  await removePolicy(rec.device, rec.chain.replace(/^sbx_/, ""));
-  await deleteDevice(rec.device);
 }

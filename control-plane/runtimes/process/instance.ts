@@ -7,8 +7,8 @@ import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
 import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signalPids, waitFor } from "./procfs.js";
 import { removeSandboxFs, type SandboxLayout } from "./sandbox-fs.js";
-import { tearDownEgress, type EgressRecord } from "./egress-net.js";
-import { applyPolicy } from "../egress-nft.js";
+import type { EgressRecord } from "./egress-net.js";
+import { applyPolicy, releaseDevice } from "../egress-nft.js";
 import type { EgressPolicy } from "../../manager/egress.js";
 
 /** unshare exits as the namespace's init did, which exits as envd did (128 + n: killed by signal n). */
@@ -132,7 +132,7 @@ export class ProcessInstance implements Instance {
     // The namespace is gone with its init; release the cgroup.
     const cg = this.o.cgroup;
     if (cg) void cg.killAll().then(() => cg.remove()).catch((err: unknown) => this.o.log.warn({ err }, "cannot clean up the sandbox's cgroup"));
-    if (this.o.egress) void tearDownEgress(this.o.egress);
+    if (this.o.egress) void releaseDevice(this.o.egress.device, this.o.sandboxId);
     this.deaths.report(reason);
   }
 
@@ -182,7 +182,7 @@ export class ProcessInstance implements Instance {
     }
     await waitFor(() => !isRunning(pid, startTime), 5_000, 2);
     if (cg) await cg.remove().catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's cgroup"));
-    if (this.o.egress) await tearDownEgress(this.o.egress);
+    if (this.o.egress) await releaseDevice(this.o.egress.device, this.o.sandboxId);
     try {
       removeSandboxFs(this.o.layout);
     } catch (err) {

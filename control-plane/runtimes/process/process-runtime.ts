@@ -11,7 +11,8 @@ import type { SandboxCgroup } from "./cgroups.js";
 import { ProcessInstance, type PersistedProcessInstance } from "./instance.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
 import { cmdline, isRunning, procStat, signalGroup } from "./procfs.js";
-import { egressUnsupported, setUpEgress, tearDownEgress, type EgressRecord } from "./egress-net.js";
+import { egressUnsupported, setUpEgress, type EgressRecord } from "./egress-net.js";
+import { releaseDevice } from "../egress-nft.js";
 import { prepareTemplateDirs } from "./template-root.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
 
@@ -209,7 +210,7 @@ export class ProcessRuntime implements Runtime {
           .then(() => cgroup.remove())
           .catch((err: unknown) => log.warn({ err }, "cannot clean up a dead sandbox's cgroup"));
       }
-      if (isEgressRecord(p.egress)) await tearDownEgress(p.egress);
+      if (isEgressRecord(p.egress)) await releaseDevice(p.egress.device, sandboxId);
       return undefined;
     }
     const mode: IsolationMode = p.mode === "root" || p.mode === "userns" || p.mode === "none" ? p.mode : "none";
@@ -233,5 +234,5 @@ export class ProcessRuntime implements Runtime {
 
 function isEgressRecord(v: unknown): v is EgressRecord {
   const r = v as Partial<EgressRecord> | undefined;
-  return typeof r?.device === "string" && typeof r.chain === "string" && typeof r.index === "number";
+  return typeof r?.device === "string" && typeof r.index === "number";
 }

@@ -6,10 +6,9 @@ import type { Instance, InstanceStats } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
 import type { EgressPolicy } from "../../manager/egress.js";
-import { applyPolicy } from "../egress-nft.js";
+import { applyPolicy, releaseDevice } from "../egress-nft.js";
 import type { TapRecord } from "../firecracker/state.js";
 import { ConsoleWatch } from "./console-watch.js";
-import { releaseTap } from "./tap.js";
 import { Qmp } from "./qmp.js";
 
 const WATCH_INTERVAL_MS = 250;
@@ -125,7 +124,7 @@ export class QemuInstance implements Instance {
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
-    if (this.o.tap) await releaseTap(this.o.tap, this.sandboxId);
+    if (this.o.tap) await releaseDevice(this.o.tap.name, this.sandboxId);
   }
 
   /**
@@ -240,7 +239,7 @@ export class QemuInstance implements Instance {
     this.killProcesses();
     const tail = tailLines(this.o.layout.console, 5).join(" | ");
     this.o.log.warn({ reason, console: tail }, "microVM exited");
-    if (this.o.tap) void releaseTap(this.o.tap, this.sandboxId);
+    if (this.o.tap) void releaseDevice(this.o.tap.name, this.sandboxId);
     this.deaths.report(reason);
   }
 }

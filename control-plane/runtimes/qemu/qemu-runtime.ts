@@ -8,7 +8,8 @@ import type { InstanceSpec, Runtime } from "../runtime.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
-import { releaseTap, tapForPolicy, tapUnsupported } from "./tap.js";
+import { tapForPolicy, tapUnsupported } from "./tap.js";
+import { releaseDevice } from "../egress-nft.js";
 import { Qmp } from "./qmp.js";
 
 export class RuntimeUnavailableError extends Error {
@@ -171,7 +172,7 @@ export class QemuRuntime implements Runtime {
       });
     } catch (err) {
       for (const c of started) c.kill("SIGKILL");
-      if (tapped) await releaseTap(tapped.tap, spec.sandboxId);
+      if (tapped) await releaseDevice(tapped.tap.name, spec.sandboxId);
       throw err;
     }
   }
@@ -185,7 +186,7 @@ export class QemuRuntime implements Runtime {
       for (const proc of [p.qemu, p.vhost]) {
         if (isRunning(proc.pid, proc.startTime)) process.kill(proc.pid, "SIGKILL");
       }
-      if (p.tap) await releaseTap(p.tap, sandboxId);
+      if (p.tap) await releaseDevice(p.tap.name, sandboxId);
       return undefined;
     }
     const qmp = await Qmp.connect(layout.qmp, 5_000);

@@ -1,8 +1,8 @@
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
 import type { EgressPolicy } from "../../manager/egress.js";
-import { applyPolicy, missingTools, nameServers, removePolicy } from "../egress-nft.js";
-import { createTap, deleteTap } from "../firecracker/network.js";
+import { applyPolicy, missingTools, nameServers, releaseDevice } from "../egress-nft.js";
+import { createTap } from "../firecracker/network.js";
 import type { TapRecord } from "../firecracker/state.js";
 import { addresses } from "../host-net.js";
 import type { TapNetwork } from "./command.js";
@@ -25,15 +25,9 @@ export async function tapForPolicy(sandboxId: string, policy: EgressPolicy, log:
   try {
     await applyPolicy(tap.name, sandboxId, policy, log);
   } catch (err) {
-    await releaseTap(tap, sandboxId);
+    await releaseDevice(tap.name, sandboxId);
     throw err;
   }
   const a = addresses(tap.index);
   return { tap, network: { tap: tap.name, mac: tap.guestMac, guest: a.guest, gateway: a.host, netmask: a.netmask, dns: nameServers()[0] ?? "1.1.1.1" } };
-}
-
-/** Removes a VM's tap and its rules; what is already gone is fine. */
-export async function releaseTap(tap: TapRecord, sandboxId: string): Promise<void> {
-  await removePolicy(tap.name, sandboxId);
-  await deleteTap(tap.name);
 }
