@@ -13,6 +13,8 @@ interface Db {
   byName: Map<string, User>;
   byUid: Map<number, string>;
   groupByGid: Map<number, string>;
+  /** Supplementary groups by member name (the fourth field of /etc/group). */
+  memberOf: Map<string, number[]>;
 }
 
 /**
@@ -36,6 +38,7 @@ export class UserDb {
     const byName = new Map<string, User>();
     const byUid = new Map<number, string>();
     const groupByGid = new Map<number, string>();
+    const memberOf = new Map<string, number[]>();
     for (const line of readLines(`${this.etc}/passwd`)) {
       const [name, , uid, gid, , home, shell] = line.split(":");
       if (!name || uid === undefined || gid === undefined) continue;
@@ -44,10 +47,11 @@ export class UserDb {
       if (!byUid.has(user.uid)) byUid.set(user.uid, name);
     }
     for (const line of readLines(`${this.etc}/group`)) {
-      const [name, , gid] = line.split(":");
+      const [name, , gid, members] = line.split(":");
       if (name && gid !== undefined && !groupByGid.has(Number(gid))) groupByGid.set(Number(gid), name);
+      for (const m of (members ?? "").split(",").filter(Boolean)) memberOf.set(m, [...(memberOf.get(m) ?? []), Number(gid)]);
     }
-    this.db = { mtimeMs, byName, byUid, groupByGid };
+    this.db = { mtimeMs, byName, byUid, groupByGid, memberOf };
     return this.db;
   }
 
@@ -57,6 +61,11 @@ export class UserDb {
 
   userName(uid: number): string {
     return this.load().byUid.get(uid) ?? String(uid);
+  }
+
+  /** The supplementary groups /etc/group lists `name` in. */
+  groupsOf(name: string): number[] {
+    return this.load().memberOf.get(name) ?? [];
   }
 
   groupName(gid: number): string {

@@ -80,7 +80,7 @@ export async function benchVm(): Promise<GoalResult[]> {
   const withPair = async <T>(fn: (p: { vm: RuntimeSide; proc: RuntimeSide }) => Promise<T>): Promise<T> => {
     if (pairError) throw pairError;
     try {
-      pair ??= await startPair(new QemuRuntime({ imagesDir: dir }), new ProcessRuntime({ templateRootfs: true, imagesDir: dir }), accel.accel.toUpperCase());
+      pair ??= await startPair(new QemuRuntime({ imagesDir: dir }), new ProcessRuntime({ imagesDir: dir }), accel.accel.toUpperCase());
     } catch (err) {
       pairError = err;
       throw err;

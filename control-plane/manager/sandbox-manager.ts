@@ -394,7 +394,8 @@ export class SandboxManager {
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       await applyNetworkUpdate(rec, this.instances.get(id), update, allowInternetAccess);
-      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, update) });
+      const runtimeData = this.instances.get(id)?.persisted ?? rec.runtimeData;
+      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, update), runtimeData });
     });
   }
 

@@ -1,4 +1,4 @@
-import type { EgressPolicy } from "../manager/egress.js";
+import type { EgressPolicy } from "./net/policy.js";
 import type { Logger } from "pino";
 
 /** What a runtime needs to start one sandbox. */

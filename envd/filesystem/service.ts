@@ -10,6 +10,8 @@ import { removePath } from "./remove.js";
 import { statPath } from "./stat.js";
 import { watchDir } from "./watch.js";
 import { WatcherRegistry } from "./watchers.js";
+import { FsAccess } from "../auth/fs-access.js";
+import { guard } from "./errors.js";
 
 /**
  * The `filesystem.Filesystem` service. Every path argument is resolved for
@@ -20,6 +22,8 @@ export function createFilesystemService(ctx: EnvdContext): { impl: ServiceImpl<t
   const watchers = new WatcherRegistry(ctx.users, ctx.log);
   const streams = new Set<(err: ConnectError) => void>();
   const caller = (context: HandlerContext): User => requestUser(ctx, context);
+  // Every call acts with the caller's permissions (envd itself runs as root).
+  const access = new FsAccess(ctx.users);
   // Without a trailing slash, so names and paths come out as envd reports them.
   const resolve = (path: string, user: User): string => {
     const resolved = resolvePath(path, user, ctx.state.defaultWorkdir);
@@ -29,32 +33,47 @@ export function createFilesystemService(ctx: EnvdContext): { impl: ServiceImpl<t
   const impl: ServiceImpl<typeof Filesystem> = {
     async stat(req, context) {
       const user = caller(context);
-      return { entry: await statPath(ctx.users, resolve(req.path, user)) };
+      const path = resolve(req.path, user);
+      guard(() => access.check(user, path, "search"));
+      return { entry: await statPath(ctx.users, path) };
     },
     async makeDir(req, context) {
       const user = caller(context);
-      return { entry: await makeDir(ctx.users, resolve(req.path, user), user) };
+      const path = resolve(req.path, user);
+      guard(() => access.check(user, path, "write"));
+      return { entry: await makeDir(ctx.users, path, user) };
     },
     async move(req, context) {
       const user = caller(context);
-      return { entry: await movePath(ctx.users, resolve(req.source, user), resolve(req.destination, user), user) };
+      const [source, destination] = [resolve(req.source, user), resolve(req.destination, user)];
+      guard(() => access.checkRemove(user, source));
+      guard(() => access.check(user, destination, "write"));
+      return { entry: await movePath(ctx.users, source, destination, user) };
     },
     async listDir(req, context) {
       const user = caller(context);
-      return { entries: await listDir(ctx.users, resolve(req.path, user), req.depth) };
+      const path = resolve(req.path, user);
+      guard(() => access.check(user, path, "list"));
+      return { entries: await listDir(ctx.users, path, req.depth) };
     },
     async remove(req, context) {
       const user = caller(context);
-      await removePath(resolve(req.path, user));
+      const path = resolve(req.path, user);
+      guard(() => access.checkRemove(user, path));
+      await removePath(path);
       return {};
     },
     async *watchDir(req, context) {
       const user = caller(context);
-      yield* watchDir(ctx.users, resolve(req.path, user), req, context, streams);
+      const path = resolve(req.path, user);
+      guard(() => access.check(user, path, "list"));
+      yield* watchDir(ctx.users, path, req, context, streams);
     },
     async createWatcher(req, context) {
       const user = caller(context);
-      const watcherId = await watchers.create(resolve(req.path, user), {
+      const path = resolve(req.path, user);
+      guard(() => access.check(user, path, "list"));
+      const watcherId = await watchers.create(path, {
         recursive: req.recursive,
         includeEntry: req.includeEntry,
         allowNetworkMounts: req.allowNetworkMounts,

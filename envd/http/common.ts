@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { hasValidAccessToken, UNAUTHORIZED_MESSAGE } from "../auth/access-token.js";
 import type { EnvdContext } from "../context.js";
 import { resolvePath } from "../paths.js";
+import { AccessDenied, FsAccess, type Want } from "../auth/fs-access.js";
 import type { User } from "../users.js";
 
 /** One plain-HTTP endpoint; `query` is the parsed query string. */
@@ -64,4 +65,14 @@ export function errnoCode(err: unknown): string | undefined {
 /** True when the process runs as root and so must chown what it creates for a user. */
 export function isRoot(): boolean {
   return process.getuid?.() === 0;
+}
+
+/** The files API acts as the requesting user: 403 when they may not `want` `path`. */
+export function checkFileAccess(ctx: EnvdContext, user: User, path: string, want: Want): void {
+  try {
+    new FsAccess(ctx.users).check(user, path, want);
+  } catch (err) {
+    if (err instanceof AccessDenied) throw new HttpError(403, err.message);
+    throw err;
+  }
 }

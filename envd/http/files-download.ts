@@ -5,7 +5,7 @@ import { basename } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { createGzip } from "node:zlib";
 import { sendError } from "./json.js";
-import { errnoCode, HttpError, lookupRequestUser, resolveRequestPath, type RouteHandler } from "./common.js";
+import { checkFileAccess, errnoCode, HttpError, lookupRequestUser, resolveRequestPath, type RouteHandler } from "./common.js";
 import {
   contentDisposition,
   contentTypeFor,
@@ -27,6 +27,7 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
   authorizeFiles(ctx, req, query, "read");
   const user = lookupRequestUser(ctx, query.get("username"));
   const path = resolveRequestPath(ctx, query.get("path") ?? "", user);
+  checkFileAccess(ctx, user, path, "read");
 
   let info;
   try {
@@ -34,6 +35,7 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
   } catch (err) {
     const code = errnoCode(err);
     if (code === "ENOENT" || code === "ENOTDIR") throw new HttpError(404, `path '${path}' does not exist`);
+    if (code === "EACCES" || code === "EPERM") throw new HttpError(403, `permission denied: cannot read '${path}'`);
     throw new HttpError(500, `error checking if path exists '${path}': ${(err as Error).message}`);
   }
   if (info.isDirectory()) throw new HttpError(400, `path '${path}' is a directory`);
@@ -48,6 +50,7 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
     handle = await open(path, "r");
   } catch (err) {
     if (errnoCode(err) === "ENOENT") throw new HttpError(404, `path '${path}' does not exist`);
+    if (errnoCode(err) === "EACCES" || errnoCode(err) === "EPERM") throw new HttpError(403, `permission denied: cannot read '${path}'`);
     throw new HttpError(500, `error opening file '${path}': ${(err as Error).message}`);
   }
 

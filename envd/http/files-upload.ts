@@ -39,7 +39,7 @@ export const handleUpload: RouteHandler = async (ctx, req, res, query) => {
   try {
     if (type === "application/octet-stream") {
       if (!fixedDest) throw new HttpError(400, "the 'path' query parameter is required for application/octet-stream uploads");
-      const file = await StagedFile.create(fixedDest, user);
+      const file = await StagedFile.create(fixedDest, user, ctx.users);
       staged.push(file);
       await file.write(decode(body.stream, decoding));
     } else if (type === "multipart/form-data") {
@@ -118,7 +118,7 @@ async function receiveMultipart(
     seen.add(dest);
     writes.push(
       (async () => {
-        const file = await StagedFile.create(dest, user);
+        const file = await StagedFile.create(dest, user, ctx.users);
         staged.push(file);
         try {
           await file.write(stream);
@@ -163,6 +163,8 @@ function uploadError(err: unknown): unknown {
   const code = errnoCode(err);
   const message = err instanceof Error ? err.message : String(err);
   if (code === "ENOSPC" || code === "EDQUOT") return new HttpError(507, "not enough disk space available");
+  if (code === "EACCES" || code === "EPERM") return new HttpError(403, `permission denied: ${message}`);
+  if (code === "EROFS") return new HttpError(403, `the filesystem is read-only: ${message}`);
   if (code?.startsWith("Z_")) return new HttpError(400, `error decompressing the gzip request body: ${message}`);
   if (code === "EISDIR") return new HttpError(400, message);
   return new HttpError(500, `error writing the uploaded file: ${message}`);

@@ -8,6 +8,8 @@ import { pipeline } from "node:stream/promises";
 import { replaceMetadata } from "../filesystem/xattr.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
+import { AccessDenied, FsAccess } from "../auth/fs-access.js";
+import type { UserDb } from "../users.js";
 
 const NEW_FILE_MODE = 0o644;
 const NEW_DIR_MODE = 0o755;
@@ -65,7 +67,16 @@ export class StagedFile {
    * creates missing parent directories owned by the user and picks the
    * temporary file's name. Nothing is written yet.
    */
-  static async create(path: string, user: User): Promise<StagedFile> {
+  static async create(path: string, user: User, users?: UserDb): Promise<StagedFile> {
+    // The upload acts as its user: they must be able to write the file (or create it).
+    if (users) {
+      try {
+        new FsAccess(users).check(user, path, "write");
+      } catch (err) {
+        if (err instanceof AccessDenied) throw new HttpError(403, err.message);
+        throw err;
+      }
+    }
     let target = path;
     let mode = NEW_FILE_MODE;
     let exists = false;

@@ -44,6 +44,7 @@
 #define KILL_WAIT_MS 1000
 #define WANT_NOFILE 65536
 
+#define GUEST_INIT "/sbin/locale2b-init"
 #define GUEST_NODE "/usr/local/bin/node"
 #define GUEST_ENVD "/opt/locale2b/envd/envd.js"
 #define GUEST_ENVD_SOCKET "/run/locale2b/envd.sock"
@@ -65,7 +66,8 @@ struct config {
 	bool print_config;
 	bool no_mounts;
 	bool forward_ports;        /* VM: on unless l2b.forward_ports=0; process mode: --forward-ports */
-	const char *hybrid_path;   /* MODE_HYBRID */
+	const char *hybrid_path;   /* MODE_HYBRID: a socket to create, or */
+	int hybrid_fd;             /* MODE_HYBRID: an inherited listening socket (-1: none) */
 	unsigned vsock_port;       /* MODE_VM, MODE_VSOCK */
 	const char *hostname;      /* flag, else l2b.hostname=, else /etc/hostname (VM) */
 	long long epoch;           /* l2b.epoch= (VM), 0 when absent */
@@ -178,6 +180,13 @@ void conn_close(struct conn *c);
 bool buf_ready(struct buf *b);
 void buf_put(struct buf *b, const char *data, size_t len);
 void relay_ready(struct conn *c);
+
+/* sandbox.c: `--sandbox`, the process runtime's launcher (runs on the host as root) */
+int sandbox_main(int argc, char **argv);
+
+/* confine.c: the capability bounding set and the seccomp filter of a sandbox */
+int drop_capabilities(void);
+int install_seccomp(void);
 
 /* forward.c */
 void forward_start(struct conn *c);

@@ -6,6 +6,7 @@
 #include "init.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/vm_sockets.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -42,6 +43,18 @@ static void arm(struct listener *l, bool on)
 
 static int open_hybrid(void)
 {
+	if (cfg.hybrid_fd >= 0) {
+		int fd = cfg.hybrid_fd;
+		int type = 0;
+		socklen_t len = sizeof type;
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM ||
+		    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+			ilog("--hybrid-fd %d: not a listening stream socket (%s)", fd, strerror(errno));
+			return -1;
+		}
+		ilog("listening on fd %d (hybrid vsock, ports %u%s)", fd, ENVD_PORT, cfg.forward_ports ? " and 49982" : "");
+		return fd;
+	}
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	if (strlen(cfg.hybrid_path) >= sizeof sun.sun_path) {
 		ilog("--hybrid-listen %s: path too long for a Unix socket", cfg.hybrid_path);
@@ -209,7 +222,7 @@ void listener_close(void)
 		close(l->fd);
 		l->fd = -1;
 		l->retry_at = -1;
-		if (cfg.mode == MODE_HYBRID)
+		if (cfg.mode == MODE_HYBRID && cfg.hybrid_path)
 			unlink(cfg.hybrid_path);
 	}
 	n_lsts = 0; /* no retries after shutdown */

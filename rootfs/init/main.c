@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct config cfg = { .vsock_port = ENVD_PORT };
+struct config cfg = { .vsock_port = ENVD_PORT, .hybrid_fd = -1 };
 int epfd = -1;
 bool shutting_down;
 
@@ -25,6 +25,8 @@ static int64_t phase_deadline = -1;
 static const char usage[] =
 	"Usage: locale2b-init                          VM mode: PID 1 of a guest (reads /proc/cmdline)\n"
 	"       locale2b-init --hybrid-listen PATH [options]   process mode\n"
+	"       locale2b-init --hybrid-fd N [options]          process mode, on an inherited listening socket\n"
+	"       locale2b-init --sandbox ...                    the process runtime's launcher (--sandbox --help)\n"
 	"\n"
 	"Supervises envd and bridges connections to its Unix socket: in VM mode from\n"
 	"AF_VSOCK port 49983, in process mode from a Unix socket speaking the hybrid-vsock\n"
@@ -34,6 +36,7 @@ static const char usage[] =
 	"\n"
 	"Options:\n"
 	"  --hybrid-listen PATH   listen on a hybrid-vsock Unix socket (process mode)\n"
+	"  --hybrid-fd N          accept hybrid-vsock connections on the listening socket N (process mode)\n"
 	"  --vsock-listen PORT    listen on AF_VSOCK PORT, not as PID 1 (the VM listener, for checks)\n"
 	"  --hostname NAME        set the hostname (VM default: l2b.hostname=, else /etc/hostname);\n"
 	"                         process mode: only as PID 1 (of a pid and UTS namespace)\n"
@@ -123,6 +126,12 @@ static void parse_args(int argc, char **argv)
 			cfg.print_config = true;
 		} else if ((v = flag_value(argc, argv, &i, "--hybrid-listen"))) {
 			cfg.hybrid_path = v;
+		} else if ((v = flag_value(argc, argv, &i, "--hybrid-fd"))) {
+			char *end;
+			long fd = strtol(v, &end, 10);
+			if (*end || !*v || fd < 0 || fd > 65535)
+				bad_usage("--hybrid-fd %s: expected a file descriptor number", v);
+			cfg.hybrid_fd = (int)fd;
 		} else if ((v = flag_value(argc, argv, &i, "--vsock-listen"))) {
 			vsock = v;
 		} else if ((v = flag_value(argc, argv, &i, "--hostname"))) {
@@ -148,9 +157,13 @@ static void parse_args(int argc, char **argv)
 			bad_usage("unknown argument '%s'", a);
 		}
 	}
-	if (cfg.hybrid_path && vsock)
-		bad_usage("%s", "--hybrid-listen and --vsock-listen exclude each other");
-	if (cfg.hybrid_path) {
+	if ((cfg.hybrid_path || cfg.hybrid_fd >= 0) && vsock)
+		bad_usage("%s", "--hybrid-listen/--hybrid-fd and --vsock-listen exclude each other");
+	if (cfg.hybrid_path && cfg.hybrid_fd >= 0)
+		bad_usage("%s", "--hybrid-listen and --hybrid-fd exclude each other");
+	if (cfg.hybrid_fd >= 0) {
+		cfg.mode = MODE_HYBRID;
+	} else if (cfg.hybrid_path) {
 		if (cfg.hybrid_path[0] != '/')
 			bad_usage("--hybrid-listen %s: an absolute path is needed", cfg.hybrid_path);
 		cfg.mode = MODE_HYBRID;
@@ -177,7 +190,9 @@ static void print_config(void)
 {
 	static const char *names[] = { "vm", "hybrid", "vsock" };
 	printf("mode=%s\n", names[cfg.mode]);
-	if (cfg.mode == MODE_HYBRID)
+	if (cfg.mode == MODE_HYBRID && cfg.hybrid_fd >= 0)
+		printf("listen=fd:%d\n", cfg.hybrid_fd);
+	else if (cfg.mode == MODE_HYBRID)
 		printf("listen=unix:%s\n", cfg.hybrid_path);
 	else
 		printf("listen=vsock:%u\n", cfg.vsock_port);
@@ -278,6 +293,8 @@ static void setup_signals(void)
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--sandbox"))
+		return sandbox_main(argc, argv);
 	cfg.pid1 = getpid() == 1;
 	parse_args(argc, argv);
 	if (cfg.mode == MODE_VM && (cfg.print_config || cfg.cmdline_file))

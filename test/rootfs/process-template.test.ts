@@ -22,7 +22,7 @@ const missing =
 const why = missing ? ` [skipped: ${missing}; it runs as root once the base template is built (npm test builds it when QEMU is installed)]` : "";
 
 describe.skipIf(missing !== undefined)(`process runtime on the base template${why}`, () => {
-  defineEnvdSuite({ start: () => startTestControlPlane({ runtime: new ProcessRuntime({ templateRootfs: true, imagesDir: dir }) }) });
+  defineEnvdSuite({ start: () => startTestControlPlane({ runtime: new ProcessRuntime({ imagesDir: dir }) }) });
 
   describe("process runtime on the base template: the image, not the host", () => {
     it("runs the image's init as pid 1, its Node and its Debian userland", async () => {

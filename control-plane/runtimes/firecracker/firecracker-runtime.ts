@@ -11,7 +11,7 @@ import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
 import { createTap, ipBootArg } from "./network.js";
-import { applyPolicy, ensureEgressTable, missingTools, releaseDevice } from "../egress-nft.js";
+import { applyPolicy, ensureTable, missingTools, releaseDevice } from "../net/nft.js";
 import { latestRecord, writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
 import { firecrackerLaunch, jailerLaunch, spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -146,7 +146,7 @@ export class FirecrackerRuntime implements Runtime {
       const kernelPath = jail ? prepareJail(layout, jail, kernel) : kernel;
       if (spec.allowInternetAccess || spec.egress) tap = await createTap(sandboxId, jail?.uid, log);
       if (tap && spec.egress) await applyPolicy(tap.name, sandboxId, spec.egress, log);
-      else if (tap) await ensureEgressTable(log).catch((err: Error) => log.warn({ err: err.message }, "no NAT for sandbox networks: the VM may not reach the internet"));
+      else if (tap) await ensureTable(log).catch((err: Error) => log.warn({ err: err.message }, "no NAT for sandbox networks: the VM may not reach the internet"));
       rmSync(layout.host("apiSock"), { force: true });
       rmSync(layout.host("vsock"), { force: true });
 

@@ -10,8 +10,8 @@ import { diskUsage } from "./disk.js";
 import { resetJail } from "./jail.js";
 import type { VmLayout } from "./layout.js";
 import { deleteTap, restoreTap } from "./network.js";
-import { applyPolicy, releaseDevice } from "../egress-nft.js";
-import type { EgressPolicy } from "../../manager/egress.js";
+import { applyPolicy, releaseDevice } from "../net/nft.js";
+import type { EgressPolicy } from "../net/policy.js";
 import { toRecord, writeStateFile, type PersistedFirecracker } from "./state.js";
 import { spawnVmm, stopVmm, tailLines, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 

@@ -2,12 +2,13 @@
 // VM (`l2b<short id>`) with a /30 of NET_BASE, the host at .1 and the guest
 // at .2 (the guest kernel configures eth0 from the `ip=` boot argument).
 // Egress to the internet needs the host to forward and masquerade NET_BASE:
-// the egress table (../egress-nft.ts) does it, and filters the tap when the
+// the host's sandbox table (../net/nft.ts) does it, and filters the tap when the
 // sandbox has an egress policy.
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
-import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../host-net.js";
+import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../net/addresses.js";
+import { disableIpv6 } from "../net/nft.js";
 import type { TapRecord } from "./state.js";
 
 /** The DNS server the `ip=` boot argument names (the guest's init copies /proc/net/pnp to resolv.conf). */
@@ -33,6 +34,7 @@ async function setUp(rec: TapRecord, uid: number | undefined): Promise<void> {
   if (!existsSync("/dev/net/tun")) throw new Error("cannot give the sandbox a network: /dev/net/tun is missing");
   const a = addresses(rec.index);
   await ip(["tuntap", "add", "dev", rec.name, "mode", "tap", ...(uid !== undefined ? ["user", String(uid)] : [])]);
+  disableIpv6(rec.name);
   try {
     await ip(["addr", "add", `${a.host}/${a.prefix}`, "dev", rec.name]);
     await ip(["link", "set", rec.name, "up"]);

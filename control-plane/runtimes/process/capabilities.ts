@@ -1,11 +1,12 @@
 import { execFile } from "node:child_process";
-import { accessSync, constants, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import { dirname, join } from "node:path";
 import { packageRoot } from "../paths.js";
 import { detectCgroups } from "./cgroup-detect.js";
 import type { CgroupDriver } from "./cgroups.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
+import { vethUnsupported } from "../net/veth.js";
 import { prepareSandboxFs, sandboxLayout, userFiles } from "./sandbox-fs.js";
 
 /** What this host lets the process runtime do, probed once. */
@@ -15,8 +16,12 @@ export interface HostCapabilities {
   bin: { unshare?: string; mount?: string; ip?: string };
   /** userns mode: envd runs as `user` (our uid mapped) rather than as root of the namespace. */
   userMapping: boolean;
-  /** Offline sandboxes (allowInternetAccess false) get their own network namespace. */
+  /** userns mode: offline sandboxes (allowInternetAccess false) get their own network namespace. */
   netns: boolean;
+  /** sandbox mode: why sandboxes cannot get a veth with rules (then they have only `lo`), if so. */
+  noVeth?: string;
+  /** sandbox mode: what the host lacks to start sandboxes at all (creates fail saying so). */
+  missing?: string;
   readOnlyRoot: boolean;
   cgroups: CgroupDriver | undefined;
   /** Human-readable: every isolation feature this host lacks, and what happens instead. */
@@ -30,6 +35,8 @@ export interface ProbeOptions {
   cgroupParent?: string;
   /** Skip the namespace probes and use this mode (tests). */
   forceMode?: IsolationMode;
+  /** sandbox mode: why veths cannot be given (default: vethUnsupported()). */
+  vethUnsupported?: () => string | undefined;
 }
 
 const SEARCH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
@@ -78,7 +85,7 @@ export function runtimePaths(): string[] {
  * unshare flags, same fstab, same script) with /bin/true in place of envd.
  */
 async function probeMode(
-  mode: Exclude<IsolationMode, "none">,
+  mode: "userns",
   bin: { unshare: string; mount: string },
   readOnlyRoot: boolean,
   userMapping: boolean,
@@ -87,7 +94,7 @@ async function probeMode(
   try {
     const layout = sandboxLayout(join(base, "sandboxes", "probe"));
     const files = userFiles();
-    prepareSandboxFs(layout, files, mode === "root" ? files.user : undefined);
+    prepareSandboxFs(layout, files, undefined);
     const launch = buildLaunch({
       mode,
       sandboxId: "probe",
@@ -105,6 +112,23 @@ async function probeMode(
   } finally {
     rmSync(base, { recursive: true, force: true });
   }
+}
+
+/** What sandbox mode needs from the kernel and the host's tools, as one reason; undefined when all is there. */
+export function sandboxModeMissing(): string | undefined {
+  const missing: string[] = [];
+  let filesystems = "";
+  try {
+    filesystems = readFileSync("/proc/filesystems", "utf8");
+  } catch {
+    // unreadable: assume nothing
+  }
+  if (!/\boverlay\b/.test(filesystems)) missing.push("the overlay filesystem (modprobe overlay)");
+  if (!/\bext4\b/.test(filesystems)) missing.push("the ext4 filesystem (modprobe ext4)");
+  if (!existsSync("/dev/loop-control")) missing.push("loop devices (/dev/loop-control; modprobe loop)");
+  if (!findBinary("mkfs.ext4")) missing.push("mkfs.ext4 (apt-get install e2fsprogs)");
+  if (!findBinary("cp")) missing.push("cp (coreutils)");
+  return missing.length ? `this host lacks ${missing.join(", ")}` : undefined;
 }
 
 export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
@@ -130,6 +154,16 @@ export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
     }
   })();
 
+  if ((root && !opts.forceMode) || opts.forceMode === "sandbox") {
+    caps.mode = "sandbox";
+    caps.missing = sandboxModeMissing();
+    if (caps.missing) notes.push(`sandboxes cannot start: ${caps.missing}`);
+    caps.noVeth = (opts.vethUnsupported ?? vethUnsupported)();
+    if (caps.noVeth) notes.push(`sandboxes get no network but loopback (no internet access, no egress rules): ${caps.noVeth}`);
+    if (!cg.driver) notes.push("no writable cgroups: sandboxes run without memory, CPU and process-count limits");
+    notes.push(...cg.notes);
+    return caps;
+  }
   if (opts.forceMode) {
     caps.mode = opts.forceMode;
     caps.readOnlyRoot = opts.forceMode !== "none" && opts.readOnlyRoot;
@@ -142,9 +176,8 @@ export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
     const b = { unshare: bin.unshare, mount: bin.mount };
     const failures: string[] = [];
     // Most isolated first; each step down says what is lost.
-    const attempts: { mode: Exclude<IsolationMode, "none">; ro: boolean; mapping: boolean }[] = [];
+    const attempts: { mode: "userns"; ro: boolean; mapping: boolean }[] = [];
     const ros = opts.readOnlyRoot ? [true, false] : [false];
-    if (root) for (const ro of ros) attempts.push({ mode: "root", ro, mapping: false });
     for (const mapping of [true, false]) for (const ro of ros) attempts.push({ mode: "userns", ro, mapping });
     for (const a of attempts) {
       const r = await probeMode(a.mode, b, a.ro, a.mapping);
@@ -161,9 +194,6 @@ export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
         `namespaces unavailable (${failures.at(-1) ?? "unshare failed"}): sandboxes run WITHOUT isolation (envd runs as ${me} directly on the host, seeing its files, processes and network)`,
       );
     } else {
-      if (root && caps.mode === "userns") {
-        notes.push(`mount/pid namespaces as root failed (${failures[0]}): using a user namespace instead`);
-      }
       if (caps.mode === "userns") {
         notes.push(
           caps.userMapping
@@ -178,7 +208,7 @@ export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
   }
 
   if (caps.mode !== "none" && bin.unshare && !opts.forceMode) {
-    const flags = caps.mode === "userns" ? ["--user", "--map-root-user", "--net"] : ["--net"];
+    const flags = ["--user", "--map-root-user", "--net"];
     const r = await run(bin.unshare, [...flags, "/bin/true"]);
     caps.netns = r.ok;
     if (!r.ok) notes.push(`network namespaces unavailable (${r.output}): sandboxes created without internet access still share the host's network`);

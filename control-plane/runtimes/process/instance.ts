@@ -7,15 +7,15 @@ import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
 import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signalPids, waitFor } from "./procfs.js";
 import { removeSandboxFs, type SandboxLayout } from "./sandbox-fs.js";
-import type { EgressRecord } from "./egress-net.js";
-import { applyPolicy, releaseDevice } from "../egress-nft.js";
-import type { EgressPolicy } from "../../manager/egress.js";
+import { releaseDevice } from "../net/nft.js";
+import { attachVeth, updateVethPolicy, type NetRecord } from "../net/veth.js";
+import type { EgressPolicy } from "../net/policy.js";
 
-/** unshare exits as the namespace's init did, which exits as envd did (128 + n: killed by signal n). */
+/** The launcher exits as the sandbox's init did (128 + n: killed by signal n). */
 function exitReason(code: number | null, signal: NodeJS.Signals | null): string {
-  if (signal) return `envd was killed by ${signal}`;
-  if (code !== null && code > 128) return `envd was killed by signal ${code - 128}`;
-  return `envd exited with status ${code}`;
+  if (signal) return `the sandbox was killed by ${signal}`;
+  if (code !== null && code > 128) return `the sandbox's init was killed by signal ${code - 128}`;
+  return `the sandbox's init exited with status ${code}`;
 }
 
 /** How often a sandbox that is not our child (after a restart) is checked for life. */
@@ -24,19 +24,23 @@ const MiB = 1024 * 1024;
 
 /** What the store keeps so a restarted control plane can re-adopt the sandbox. */
 export interface PersistedProcessInstance {
-  v: 1;
-  /** The unshare process (host pid): the namespace's init dies with it, and it exits when the sandbox does. */
+  v: 2;
+  /** The process the sandbox lives as long as (the launcher; unshare in user-namespace mode). */
   pid: number;
   /** Its start time (clock ticks after boot): tells it apart from a later process with a recycled pid. */
   startTime: number;
+  /** sandbox mode: the sandbox's first process (its namespaces are the sandbox's). */
+  initPid?: number;
+  initStartTime?: number;
   mode: IsolationMode;
   cgroup: unknown;
   cpuCount: number;
   memoryMB: number;
   user?: string;
   workdir?: string;
-  /** The sandbox's own network, when it has an egress policy. */
-  egress?: EgressRecord;
+  /** The sandbox's veth, when it has a way out, and the egress policy on it. */
+  net?: NetRecord;
+  policy?: EgressPolicy;
 }
 
 export interface ProcessInstanceInit {
@@ -44,6 +48,8 @@ export interface ProcessInstanceInit {
   layout: SandboxLayout;
   pid: number;
   startTime: number;
+  initPid?: number;
+  initStartTime?: number;
   mode: IsolationMode;
   cgroup: SandboxCgroup | undefined;
   cpuCount: number;
@@ -53,13 +59,14 @@ export interface ProcessInstanceInit {
   log: Logger;
   /** Set when we spawned it (not after a restart): its exit event is immediate. */
   child?: ChildProcess;
-  egress?: EgressRecord;
+  net?: NetRecord;
+  policy?: EgressPolicy;
 }
 
 /**
- * One sandbox of the process runtime: an unshare process (a detached
- * process group, not tied to the control plane's life) whose namespace
- * runs envd, optionally in a cgroup.
+ * One sandbox of the process runtime: a detached process (the launcher, or
+ * unshare in user-namespace mode) whose namespaces run the sandbox, in a
+ * cgroup where the host allows.
  */
 export class ProcessInstance implements Instance {
   readonly sandboxId: string;
@@ -70,15 +77,19 @@ export class ProcessInstance implements Instance {
   private killed = false;
   private pidNs: string | undefined;
   private cpuSample: { ns: number; at: bigint };
+  private net: NetRecord | undefined;
+  private policy: EgressPolicy | undefined;
 
   constructor(private readonly o: ProcessInstanceInit) {
     this.sandboxId = o.sandboxId;
     this.socketPath = o.layout.socket;
     this.defaultUser = o.user;
     this.defaultWorkdir = o.workdir;
+    this.net = o.net;
+    this.policy = o.policy;
     o.child?.once("exit", (code, signal) => this.died(exitReason(code, signal)));
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
-      if (!isRunning(o.pid, o.startTime)) this.died("envd exited");
+      if (!isRunning(o.pid, o.startTime)) this.died("the sandbox exited");
     });
     // A new sandbox has used no CPU yet; an adopted one starts counting now.
     this.cpuSample = { ns: o.child ? 0 : this.cpuNs(), at: process.hrtime.bigint() };
@@ -86,28 +97,44 @@ export class ProcessInstance implements Instance {
 
   get persisted(): Record<string, unknown> {
     const p: PersistedProcessInstance = {
-      v: 1,
+      v: 2,
       pid: this.o.pid,
       startTime: this.o.startTime,
+      ...(this.o.initPid ? { initPid: this.o.initPid, initStartTime: this.o.initStartTime } : {}),
       mode: this.o.mode,
       cgroup: this.o.cgroup?.record ?? null,
       cpuCount: this.o.cpuCount,
       memoryMB: this.o.memoryMB,
       user: this.o.user,
       workdir: this.o.workdir,
-      ...(this.o.egress ? { egress: this.o.egress } : {}),
+      ...(this.net ? { net: this.net } : {}),
+      ...(this.policy ? { policy: this.policy } : {}),
     };
     return { ...p };
   }
 
-  /** The unshare process's host pid (the sandbox lives as long as it does). */
+  /** The host pid the sandbox lives as long as. */
   get pid(): number {
     return this.o.pid;
+  }
+
+  /** Host pid of the sandbox's init (sandbox mode). */
+  get initPid(): number | undefined {
+    return this.o.initPid;
+  }
+
+  get mode(): IsolationMode {
+    return this.o.mode;
   }
 
   /** The sandbox's cgroup, if the host gave it one. */
   get cgroup(): SandboxCgroup | undefined {
     return this.o.cgroup;
+  }
+
+  /** The sandbox's host network device, if it has one. */
+  get netDevice(): string | undefined {
+    return this.net?.device;
   }
 
   /** Host pids of every process in the sandbox. */
@@ -117,22 +144,36 @@ export class ProcessInstance implements Instance {
     if (!this.pidNs) {
       // Right after spawn the pid may still be the shell that has yet to exec unshare: only a
       // namespace other than ours is the sandbox's.
-      const ns = pidNamespace(this.o.pid, true);
+      const ns = pidNamespace(this.o.initPid ?? this.o.pid, this.o.initPid === undefined);
       if (!ns || ns === pidNamespace(process.pid)) return [];
       this.pidNs = ns;
     }
     return pidsInNamespace(this.pidNs);
   }
 
+  /** Everything of the sandbox's that is not its processes: cgroup, network, files. */
+  private async release(): Promise<void> {
+    const { log } = this.o;
+    const cg = this.o.cgroup;
+    if (cg) await cg.remove().catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's cgroup"));
+    if (this.net) await releaseDevice(this.net.device, this.o.sandboxId).catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's network"));
+    try {
+      removeSandboxFs(this.o.layout);
+    } catch (err) {
+      log.warn({ err }, "cannot remove the sandbox's files");
+    }
+  }
+
   private died(why: string): void {
     if (this.deaths.over || this.killed) return;
     const oom = this.o.cgroup?.oomKills();
     const reason = oom ? `${why}; the sandbox ran out of memory (${this.o.memoryMB} MiB)` : why;
-    this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox envd exited");
-    // The namespace is gone with its init; release the cgroup.
+    this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox exited");
+    // The namespaces are gone with its init; kill any straggler the cgroup still holds, then release the rest.
     const cg = this.o.cgroup;
-    if (cg) void cg.killAll().then(() => cg.remove()).catch((err: unknown) => this.o.log.warn({ err }, "cannot clean up the sandbox's cgroup"));
-    if (this.o.egress) void releaseDevice(this.o.egress.device, this.o.sandboxId);
+    void (cg ? cg.killAll() : Promise.resolve())
+      .catch(() => undefined)
+      .then(() => this.release());
     this.deaths.report(reason);
   }
 
@@ -174,30 +215,37 @@ export class ProcessInstance implements Instance {
     if (cg) await cg.killAll().catch((err: unknown) => log.warn({ err }, "cannot kill every process in the sandbox's cgroup"));
     if (isRunning(pid, startTime)) {
       const rest = cg ? [] : this.pids();
-      // unshare's death takes the namespace's init with it (--kill-child), and the kernel then
-      // kills everything in the pid namespace; SIGCONT in case it was stopped by a pause.
+      // The launcher's death takes the sandbox's init with it (its parent-death signal; unshare's
+      // --kill-child), and the kernel then kills everything in the pid namespace; SIGCONT in case
+      // it was stopped by a pause.
       signalGroup(pid, "SIGKILL");
       signalPids([pid, ...rest], "SIGKILL");
       signalGroup(pid, "SIGCONT");
     }
     await waitFor(() => !isRunning(pid, startTime), 5_000, 2);
-    if (cg) await cg.remove().catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's cgroup"));
-    if (this.o.egress) await releaseDevice(this.o.egress.device, this.o.sandboxId);
-    try {
-      removeSandboxFs(this.o.layout);
-    } catch (err) {
-      log.warn({ err }, "cannot remove the sandbox's files");
-    }
+    // The init too: its mounts (the disk's loop device) go with the last process of its namespace.
+    if (this.o.initPid) await waitFor(() => !isRunning(this.o.initPid!, this.o.initStartTime), 5_000, 2);
+    await this.release();
   }
 
+  /**
+   * Replaces the sandbox's egress rules (undefined: none). A sandbox created
+   * without internet access has only `lo`: its first policy gives it a veth.
+   */
   async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
-    if (!this.o.egress) {
+    const p = policy ?? { allow: [], deny: [] };
+    if (this.net) {
+      await updateVethPolicy(this.net, this.o.sandboxId, p, this.o.log);
+      this.policy = policy;
+      return;
+    }
+    if (this.o.mode !== "sandbox" || !this.o.initPid) {
       throw new Error(
-        "this sandbox was created without network.allowOut/denyOut, so it has no network of its own to filter (it shares the host's, or has none): create it with an egress policy to change its rules later",
+        "this sandbox has no network of its own to filter (it shares the host's, or has none, on this host): create it with an egress policy to change its rules later",
       );
     }
-    // One nft transaction: the sandbox's connections keep their conntrack state.
-    await applyPolicy(this.o.egress.device, this.o.sandboxId, policy ?? { allow: [], deny: [] }, this.o.log);
+    this.net = await attachVeth(this.o.sandboxId, this.o.initPid, p, this.o.log);
+    this.policy = policy;
   }
 
   async alive(): Promise<boolean> {
@@ -220,11 +268,12 @@ export class ProcessInstance implements Instance {
     let diskUsedBytes = 0;
     let diskTotalBytes = 0;
     try {
-      const fs = statfsSync(this.o.layout.dir);
+      // The sandbox's own disk (its writable layer) as its root sees it, else the data dir's filesystem.
+      const fs = statfsSync(this.o.initPid ? `/proc/${this.o.initPid}/root/` : this.o.layout.dir);
       diskUsedBytes = (fs.blocks - fs.bfree) * fs.bsize;
       diskTotalBytes = fs.blocks * fs.bsize;
     } catch {
-      // the directory is gone (killed)
+      // gone (killed)
     }
     return {
       cpuCount: this.o.cpuCount,

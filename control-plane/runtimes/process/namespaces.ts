@@ -1,19 +1,21 @@
 import { basename, dirname } from "node:path";
 import type { SandboxLayout } from "./sandbox-fs.js";
-import { buildTemplateFstab, templateSetupScript } from "./template-root.js";
 
 /**
  * How a sandbox is isolated:
- *   root    real root: mount, pid, uts, ipc namespaces (net when offline); envd runs as root and
- *           starts processes as `user`
- *   userns  an ordinary user with user namespaces: the same namespaces inside a user namespace
- *           where we are root for the set-up, then envd runs as `user` (our own uid, mapped)
+ *   sandbox the control plane runs as root: a container-grade sandbox on its template's root
+ *           filesystem (user, mount, pid, uts, ipc, net and cgroup namespaces, root inside mapped
+ *           to an unprivileged host id, seccomp, its own disk), started by the launcher
+ *           (launcher.ts, rootfs/init/sandbox.c)
+ *   userns  an ordinary user with user namespaces: mount, pid, uts and ipc namespaces inside a
+ *           user namespace on the host's filesystem (read-only but for the sandbox's own
+ *           directories), envd running as `user` (our own uid, mapped); this file builds that
  *   none    no namespaces at all: envd runs as the control plane's user, seeing the host
  */
-export type IsolationMode = "root" | "userns" | "none";
+export type IsolationMode = "sandbox" | "userns" | "none";
 
 export interface LaunchOptions {
-  mode: IsolationMode;
+  mode: Exclude<IsolationMode, "sandbox">;
   sandboxId: string;
   layout: SandboxLayout;
   /** Absolute paths of util-linux `unshare` and `mount` (and iproute2 `ip`, optional). */
@@ -28,13 +30,8 @@ export interface LaunchOptions {
   cgroupProcs: string[];
   /** Host paths the sandbox must still see (node, the locale2b package) even when under a hidden path. */
   keep: string[];
-  /** What runs last, as the namespace's second process (envd). Unused with rootfsDir. */
+  /** What runs last, as the namespace's second process (envd). */
   command: string[];
-  /**
-   * Run on this template root filesystem (overlay, pivot_root) and start its
-   * own init and envd, instead of envd on the host's filesystem (root mode only).
-   */
-  rootfsDir?: string;
 }
 
 export interface Launch {
@@ -122,8 +119,8 @@ export function pathsToKeep(layout: SandboxLayout, candidates: string[]): string
 }
 
 /** unshare's options for a mode. `--kill-child`: if unshare dies, the namespace's init dies with it. */
-export function unshareFlags(mode: Exclude<IsolationMode, "none">, isolateNet: boolean): string[] {
-  const flags = mode === "userns" ? ["--user", "--map-root-user"] : [];
+export function unshareFlags(isolateNet: boolean): string[] {
+  const flags = ["--user", "--map-root-user"];
   flags.push("--mount", "--pid", "--fork", "--uts", "--ipc", "--mount-proc", "--propagation", "private", "--kill-child");
   if (isolateNet) flags.push("--net");
   return flags;
@@ -168,10 +165,6 @@ export function buildLaunch(o: LaunchOptions): Launch {
   const outer = `${join ? `{ ${join}; } || { echo "locale2b: cannot enter the sandbox's cgroup" >&2; exit 97; }\n` : ""}exec "$@"`;
   const tag = `locale2b-sandbox:${o.sandboxId}`;
   if (o.mode === "none") return { file: "/bin/sh", args: ["-c", outer, tag, ...o.command], fstab: "" };
-  if (o.rootfsDir) {
-    const inner = [o.bin.unshare, ...unshareFlags(o.mode, o.isolateNet), "--", "/bin/sh", "-c", templateSetupScript(o, o.rootfsDir), tag];
-    return { file: "/bin/sh", args: ["-c", outer, tag, ...inner], fstab: buildTemplateFstab(o.layout, o.rootfsDir) };
-  }
-  const inner = [o.bin.unshare, ...unshareFlags(o.mode, o.isolateNet), "--", "/bin/sh", "-c", setupScript(o), tag, ...o.command];
+  const inner = [o.bin.unshare, ...unshareFlags(o.isolateNet), "--", "/bin/sh", "-c", setupScript(o), tag, ...o.command];
   return { file: "/bin/sh", args: ["-c", outer, tag, ...inner], fstab: buildFstab(o.layout, o.keep) };
 }

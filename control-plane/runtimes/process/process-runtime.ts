@@ -1,32 +1,32 @@
 import { spawn } from "node:child_process";
-import { closeSync, openSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, chmodSync, openSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import type { InstanceSpec, Runtime } from "../runtime.js";
-import { findTemplateImage, GUEST, imagesDir, type GuestImage } from "../../images/layout.js";
+import { findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
 import { probeHost, runtimePaths, type HostCapabilities } from "./capabilities.js";
 import { openCgroup } from "./cgroup-detect.js";
-import type { SandboxCgroup } from "./cgroups.js";
+import type { CgroupLimits, SandboxCgroup } from "./cgroups.js";
+import { sandboxIdRange, type IdRange } from "./id-map.js";
 import { ProcessInstance, type PersistedProcessInstance } from "./instance.js";
+import { isLauncherOf, launchSandbox } from "./launcher.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
-import { cmdline, isRunning, procStat, signalGroup } from "./procfs.js";
-import { egressUnsupported, setUpEgress, type EgressRecord } from "./egress-net.js";
-import { releaseDevice } from "../egress-nft.js";
-import { prepareTemplateDirs } from "./template-root.js";
+import { cmdline, isRunning, procStat } from "./procfs.js";
+import { createDisk, shiftedRootfs } from "./sandbox-root.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
+import { nameServers } from "../net/dns.js";
+import { releaseDevice } from "../net/nft.js";
+import { attachVeth, isNetRecord, updateVethPolicy, type NetRecord } from "../net/veth.js";
+import type { EgressPolicy } from "../net/policy.js";
 
-/** PATH for envd and, through it, every process in a sandbox. */
+/** PATH for envd and, through it, every process in a user-namespace sandbox. */
 const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const MiB = 1024 * 1024;
 
 export interface ProcessRuntimeOptions {
-  /**
-   * Remount the host's filesystem read-only inside sandboxes (their /home/user,
-   * /root, /tmp and /dev/shm stay writable). Default on; LOCALE2B_PROCESS_HOST_RW=1 turns it off.
-   */
-  readOnlyRoot?: boolean;
-  /** pids.max per sandbox (default 4096). */
+  /** pids.max per sandbox (default 1024). */
   pidsMax?: number;
   /** cgroup v2 directory for sandbox groups (default: LOCALE2B_CGROUP_PARENT, else detected). */
   cgroupParent?: string;
@@ -34,77 +34,159 @@ export interface ProcessRuntimeOptions {
   envdLogLevel?: string;
   /** Skip probing and isolate this way (tests). */
   forceMode?: IsolationMode;
-  /**
-   * Run each sandbox on its template's built root filesystem (the image the
-   * VMs boot: its own init, Node and envd) instead of the host's, read-only
-   * under a per-sandbox overlay. Needs root. Default: LOCALE2B_PROCESS_ROOTFS=template.
-   */
-  templateRootfs?: boolean;
   /** Where built templates are (default imagesDir()). */
   imagesDir?: string;
 }
 
 /**
- * The zero-config runtime: each sandbox is envd in its own mount, pid, uts
- * and ipc namespaces (net too when offline), with a private /home/user,
- * /root, /tmp and /dev/shm, running processes as `user`, under cgroup
- * limits where the host allows, serving the hybrid-vsock handshake on
- * `<dir>/envd.sock`. Sandboxes are detached: they outlive a control-plane
- * restart and are re-adopted. See README.md in this folder for how this
- * isolation compares with a VM.
+ * The zero-config runtime. As root, each sandbox is a container-grade
+ * sandbox on its template's root filesystem (launcher.ts: user, mount, pid,
+ * UTS, IPC, network and cgroup namespaces, root inside mapped to an
+ * unprivileged host id, Docker-like capabilities and seccomp filter, its own
+ * ext4 disk of diskSizeMB, its own veth), reached over `<dir>/envd.sock`.
+ * As an ordinary user: envd in user namespaces on the host's filesystem,
+ * read-only (namespaces.ts). Sandboxes are detached: they outlive a
+ * control-plane restart and are re-adopted. README.md in this folder says
+ * what this isolation is and is not.
  */
 export class ProcessRuntime implements Runtime {
   readonly name = "process";
   private caps: Promise<HostCapabilities> | undefined;
+  private ids: IdRange | undefined;
 
   constructor(private readonly opts: ProcessRuntimeOptions = {}) {}
 
-  /** Probes the host once (namespaces, user namespaces, cgroups); later calls share the answer. */
+  /** Probes the host once; later calls share the answer. */
   capabilities(): Promise<HostCapabilities> {
     this.caps ??= probeHost({
-      readOnlyRoot: this.opts.readOnlyRoot ?? process.env.LOCALE2B_PROCESS_HOST_RW !== "1",
+      readOnlyRoot: process.env.LOCALE2B_PROCESS_HOST_RW !== "1",
       cgroupParent: this.opts.cgroupParent ?? process.env.LOCALE2B_CGROUP_PARENT,
       forceMode: this.opts.forceMode,
     });
     return this.caps;
   }
 
+  /** The host ids sandbox ids map to (sandbox mode), registered on first use. */
+  idRange(): IdRange {
+    this.ids ??= sandboxIdRange();
+    return this.ids;
+  }
+
   async check(): Promise<string[]> {
-    return (await this.capabilities()).notes;
+    const caps = await this.capabilities();
+    if (caps.mode !== "sandbox") return caps.notes;
+    const ids = this.idRange();
+    return [...caps.notes, `root inside a sandbox is host uid ${ids.base} (ids ${ids.base}-${ids.base + ids.count - 1}; ${ids.source})`];
   }
 
   async egressUnsupported(): Promise<string | undefined> {
     const caps = await this.capabilities();
-    return egressUnsupported(caps.mode, caps.netns);
+    if (caps.mode === "sandbox") return caps.noVeth;
+    return "they need the server to run as root";
+  }
+
+  private limits(spec: InstanceSpec, cpuCount: number): CgroupLimits {
+    return { memoryBytes: spec.memoryMB * MiB, cpuCount, pidsMax: this.opts.pidsMax ?? 1024 };
+  }
+
+  private logLevel(): string {
+    return this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL ?? "info";
   }
 
   async create(spec: InstanceSpec): Promise<ProcessInstance> {
     const caps = await this.capabilities();
-    if (spec.egress) {
-      const why = egressUnsupported(caps.mode, caps.netns);
-      if (why) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${why}`);
-    }
+    if (caps.mode === "sandbox") return this.createSandbox(spec, caps);
+    if (spec.egress) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${await this.egressUnsupported()}`);
+    return this.createHosted(spec, caps);
+  }
+
+  /** Sandbox mode: the template's root, its own disk, namespaces and network, started by the launcher. */
+  private async createSandbox(spec: InstanceSpec, caps: HostCapabilities): Promise<ProcessInstance> {
+    if (caps.missing) throw new Error(`cannot start a sandbox: ${caps.missing}`);
+    const image = findTemplateImage(spec.templateId, this.opts.imagesDir ?? imagesDir());
+    if (!image) throw new Error(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
+    const ids = this.idRange();
+    const rootfs = await shiftedRootfs(image, ids.base);
     const layout = sandboxLayout(spec.dir);
-    const files = userFiles();
-    const mode = caps.mode;
-    const image = this.templateImage(spec.templateId, mode);
-    prepareSandboxFs(layout, files, mode === "root" ? files.user : undefined);
-    if (image) prepareTemplateDirs(layout);
+    mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
+    chmodSync(layout.dir, 0o700);
     const cpuCount = spec.cpuCount > 0 ? spec.cpuCount : cpus().length;
     let cgroup: SandboxCgroup | undefined;
+    let launched: Awaited<ReturnType<typeof launchSandbox>> | undefined;
+    let net: NetRecord | undefined;
     try {
-      cgroup = caps.cgroups?.create(spec.sandboxId, {
-        memoryBytes: spec.memoryMB * MiB,
-        cpuCount,
-        pidsMax: this.opts.pidsMax ?? 4096,
+      await createDisk(layout.disk, spec.diskSizeMB);
+      cgroup = this.makeCgroup(spec, caps, cpuCount);
+      launched = await launchSandbox({
+        initBinary: join(image.rootfsDir, GUEST.init.slice(1)),
+        sandboxId: spec.sandboxId,
+        rootfs,
+        disk: layout.disk,
+        stateDir: layout.dir,
+        socket: layout.socket,
+        idBase: ids.base,
+        idCount: ids.count,
+        shmMB: Math.max(64, Math.floor(spec.memoryMB / 2)),
+        cgroupProcs: cgroup?.procsFiles ?? [],
+        dns: nameServers(),
+        envdLogLevel: this.logLevel(),
+        logFile: layout.log,
       });
+      // A way out only when the sandbox may have one: internet access, or an allow list.
+      const wantNet = spec.allowInternetAccess || (spec.egress?.allow.length ?? 0) > 0;
+      if (wantNet && !caps.noVeth) net = await attachVeth(spec.sandboxId, launched.initPid, spec.egress ?? { allow: [], deny: [] }, spec.log);
+      else if (spec.egress) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${caps.noVeth}`);
+    } catch (err) {
+      if (launched) {
+        launched.child.kill("SIGKILL");
+        await cgroup?.killAll().catch(() => undefined);
+      }
+      await cgroup?.remove().catch(() => undefined);
+      if (net) await releaseDevice(net.device, spec.sandboxId);
+      rmSync(layout.dir, { recursive: true, force: true });
+      throw err;
+    }
+    spec.log.debug({ pid: launched.pid, initPid: launched.initPid, cgroup: cgroup?.kind, net: net?.device }, "sandbox started");
+    return new ProcessInstance({
+      sandboxId: spec.sandboxId,
+      layout,
+      pid: launched.pid,
+      startTime: procStat(launched.pid)?.startTime ?? 0,
+      initPid: launched.initPid,
+      initStartTime: procStat(launched.initPid)?.startTime ?? 0,
+      mode: "sandbox",
+      cgroup,
+      cpuCount,
+      memoryMB: spec.memoryMB,
+      user: GUEST.user,
+      workdir: GUEST.home,
+      log: spec.log,
+      child: launched.child,
+      net,
+      policy: spec.egress,
+    });
+  }
+
+  private makeCgroup(spec: InstanceSpec, caps: HostCapabilities, cpuCount: number): SandboxCgroup | undefined {
+    try {
+      return caps.cgroups?.create(spec.sandboxId, this.limits(spec, cpuCount));
     } catch (err) {
       spec.log.warn({ err }, "cannot create the sandbox's cgroup: it runs without limits");
+      return undefined;
     }
+  }
+
+  /** User-namespace (or no) isolation on the host's filesystem: an ordinary user's sandboxes. */
+  private async createHosted(spec: InstanceSpec, caps: HostCapabilities): Promise<ProcessInstance> {
+    const layout = sandboxLayout(spec.dir);
+    const files = userFiles();
+    const mode = caps.mode as Exclude<IsolationMode, "sandbox">;
+    prepareSandboxFs(layout, files, undefined);
+    const cpuCount = spec.cpuCount > 0 ? spec.cpuCount : cpus().length;
+    const cgroup = this.makeCgroup(spec, caps, cpuCount);
     const isolated = mode !== "none";
-    // As root, or in a user namespace where `user` is mapped, envd's processes run as `user`; in a user
-    // namespace without that mapping only its own (root there) can run them.
-    const user = image ? GUEST.user : isolated ? (mode === "root" || caps.userMapping ? SANDBOX_USER : "root") : undefined;
+    // With `user` mapped, envd's processes run as `user`; without that mapping only its own (root there) can.
+    const user = isolated ? (caps.userMapping ? SANDBOX_USER : "root") : undefined;
     const command = [process.execPath, cliEntry(), "envd", "--listen", `unix+vsock://${layout.socket}`];
     if (user) command.push("--user", user, "--workdir", SANDBOX_HOME);
     const launch = buildLaunch({
@@ -112,14 +194,12 @@ export class ProcessRuntime implements Runtime {
       sandboxId: spec.sandboxId,
       layout,
       bin: { unshare: caps.bin.unshare ?? "unshare", mount: caps.bin.mount ?? "mount", ip: caps.bin.ip },
-      // An egress policy needs the sandbox's own network namespace, joined to the host below.
-      isolateNet: (!spec.allowInternetAccess || spec.egress !== undefined) && caps.netns,
+      isolateNet: !spec.allowInternetAccess && caps.netns,
       readOnlyRoot: caps.readOnlyRoot,
       innerUser: mode === "userns" && caps.userMapping ? files.user : undefined,
       cgroupProcs: cgroup?.procsFiles ?? [],
-      keep: isolated && !image ? pathsToKeep(layout, runtimePaths()) : [],
+      keep: isolated ? pathsToKeep(layout, runtimePaths()) : [],
       command,
-      rootfsDir: image?.rootfsDir,
     });
     if (launch.fstab) writeFileSync(layout.fstab, launch.fstab);
     const logFd = openSync(layout.log, "a");
@@ -129,10 +209,7 @@ export class ProcessRuntime implements Runtime {
         detached: true,
         stdio: ["ignore", logFd, logFd],
         cwd: "/",
-        env: {
-          PATH: SANDBOX_PATH,
-          LOCALE2B_LOG_LEVEL: this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL ?? "info",
-        },
+        env: { PATH: SANDBOX_PATH, LOCALE2B_LOG_LEVEL: this.logLevel() },
       });
     } finally {
       closeSync(logFd);
@@ -144,24 +221,12 @@ export class ProcessRuntime implements Runtime {
       await cgroup?.remove().catch(() => undefined);
       throw new Error("failed to start the sandbox: /bin/sh could not be spawned");
     }
-    const startTime = procStat(pid)?.startTime ?? 0;
     spec.log.debug({ pid, mode, cgroup: cgroup?.kind }, "sandbox started");
-    let egress: EgressRecord | undefined;
-    if (spec.egress) {
-      try {
-        egress = await setUpEgress(spec.sandboxId, pid, spec.egress, spec.log);
-      } catch (err) {
-        signalGroup(pid, "SIGKILL");
-        await cgroup?.killAll().then(() => cgroup?.remove()).catch(() => undefined);
-        throw new Error(`cannot set up the sandbox's network: ${(err as Error).message}`);
-      }
-    }
     return new ProcessInstance({
-      egress,
       sandboxId: spec.sandboxId,
       layout,
       pid,
-      startTime,
+      startTime: procStat(pid)?.startTime ?? 0,
       mode,
       cgroup,
       cpuCount,
@@ -173,35 +238,25 @@ export class ProcessRuntime implements Runtime {
     });
   }
 
-  /** The built template to run on, when this runtime runs sandboxes on template roots. */
-  private templateImage(templateId: string, mode: IsolationMode): GuestImage | undefined {
-    const wanted = this.opts.templateRootfs ?? process.env.LOCALE2B_PROCESS_ROOTFS === "template";
-    if (!wanted) return undefined;
-    if (mode !== "root") {
-      throw new Error("sandboxes on a template's root filesystem need the control plane to run as root (overlay mounts, pivot_root)");
-    }
-    const image = findTemplateImage(templateId, this.opts.imagesDir ?? imagesDir());
-    if (!image) throw new Error(`template '${templateId}' is not built on this host: run \`locale2b template build ${templateId}\``);
-    return image;
-  }
-
   async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<ProcessInstance | undefined> {
     const p = persisted as Partial<PersistedProcessInstance>;
     const layout = sandboxLayout(dir);
     const pid = Number(p.pid);
     const startTime = typeof p.startTime === "number" ? p.startTime : undefined;
-    // Ours only if alive, the same process (start time) and serving this sandbox's socket.
+    const mode: IsolationMode = p.mode === "sandbox" || p.mode === "userns" || p.mode === "none" ? p.mode : "none";
+    // Ours only if alive, the same process (start time) and running this sandbox.
     // While the launch chain execs, /proc/<pid>/cmdline reads empty for an instant: look again.
     let ours = false;
     for (let i = 0; i < 20 && isRunning(pid, startTime); i++) {
       const args = cmdline(pid);
       if (args.length > 0) {
-        ours = args.includes(`unix+vsock://${layout.socket}`) || args.includes(`locale2b-sandbox:${sandboxId}`);
+        ours = mode === "sandbox" ? isLauncherOf(args, sandboxId) : args.includes(`unix+vsock://${layout.socket}`) || args.includes(`locale2b-sandbox:${sandboxId}`);
         break;
       }
       await new Promise((r) => setTimeout(r, 5));
     }
     const cgroup = openCgroup(p.cgroup, sandboxId);
+    const net = isNetRecord(p.net) ? p.net : isNetRecord(persisted.egress) ? (persisted.egress as NetRecord) : undefined;
     if (!ours) {
       if (cgroup) {
         // Died while we were down: release what is left of it.
@@ -210,16 +265,20 @@ export class ProcessRuntime implements Runtime {
           .then(() => cgroup.remove())
           .catch((err: unknown) => log.warn({ err }, "cannot clean up a dead sandbox's cgroup"));
       }
-      if (isEgressRecord(p.egress)) await releaseDevice(p.egress.device, sandboxId);
+      if (net) await releaseDevice(net.device, sandboxId);
+      rmSync(dir, { recursive: true, force: true });
       return undefined;
     }
-    const mode: IsolationMode = p.mode === "root" || p.mode === "userns" || p.mode === "none" ? p.mode : "none";
+    const policy = isPolicy(p.policy) ? p.policy : undefined;
+    // The host's rules may be from another server version (rewritten at its first use): put the sandbox's back.
+    if (net) await updateVethPolicy(net, sandboxId, policy ?? { allow: [], deny: [] }, log).catch((err: unknown) => log.warn({ err }, "cannot restore the sandbox's network rules"));
     return new ProcessInstance({
-      egress: isEgressRecord(p.egress) ? p.egress : undefined,
       sandboxId,
       layout,
       pid,
-      startTime: startTime ?? (procStat(pid)?.startTime ?? 0),
+      startTime: startTime ?? procStat(pid)?.startTime ?? 0,
+      initPid: typeof p.initPid === "number" ? p.initPid : undefined,
+      initStartTime: typeof p.initStartTime === "number" ? p.initStartTime : undefined,
       mode,
       cgroup,
       cpuCount: Number(p.cpuCount) || 1,
@@ -227,12 +286,13 @@ export class ProcessRuntime implements Runtime {
       user: typeof p.user === "string" ? p.user : undefined,
       workdir: typeof p.workdir === "string" ? p.workdir : undefined,
       log,
+      net,
+      policy,
     });
   }
 }
 
-
-function isEgressRecord(v: unknown): v is EgressRecord {
-  const r = v as Partial<EgressRecord> | undefined;
-  return typeof r?.device === "string" && typeof r.index === "number";
+function isPolicy(v: unknown): v is EgressPolicy {
+  const p = v as Partial<EgressPolicy> | undefined;
+  return Array.isArray(p?.allow) && Array.isArray(p.deny);
 }

@@ -14,7 +14,10 @@ export const SANDBOX_USER = "user";
 export const SANDBOX_HOME = "/home/user";
 
 /**
- * A sandbox's own files under its directory (spec.dir):
+ * A sandbox's own files under its directory (spec.dir). In sandbox mode (as
+ * root): disk.img (its writable layer), envd.sock, envd.log, and the mount
+ * points disk/ and root/ the launcher uses in its own mount namespace. In
+ * user-namespace mode (an ordinary user, on the host's filesystem):
  *   home/        → /home/user inside (owned by `user`)
  *   tmp/         → /tmp inside (mode 1777)
  *   root/        → /root inside
@@ -32,6 +35,7 @@ export interface SandboxLayout {
   fstab: string;
   socket: string;
   log: string;
+  disk: string;
 }
 
 export function sandboxLayout(relativeOrAbsolute: string): SandboxLayout {
@@ -47,6 +51,7 @@ export function sandboxLayout(relativeOrAbsolute: string): SandboxLayout {
     fstab: join(dir, "fstab"),
     socket: join(dir, "envd.sock"),
     log: join(dir, "envd.log"),
+    disk: join(dir, "disk.img"),
   };
 }
 
@@ -144,10 +149,7 @@ function copySkeleton(home: string, owner: { uid: number; gid: number } | undefi
   }
 }
 
-/** Removes what prepareSandboxFs and envd made; keeps envd.log for post-mortems. */
+/** Removes the sandbox's directory and everything in it. */
 export function removeSandboxFs(layout: SandboxLayout): void {
-  const template = ["upper", "work", "mnt", "dev"].map((d) => join(layout.dir, d)); // template roots (template-root.ts)
-  for (const p of [layout.home, layout.tmp, layout.root, join(layout.dir, "etc"), layout.fstab, layout.socket, ...template]) {
-    rmSync(p, { recursive: true, force: true });
-  }
+  rmSync(layout.dir, { recursive: true, force: true });
 }

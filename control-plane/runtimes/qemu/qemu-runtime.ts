@@ -9,7 +9,7 @@ import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
 import { tapForPolicy, tapUnsupported } from "./tap.js";
-import { releaseDevice } from "../egress-nft.js";
+import { releaseDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
 
 export class RuntimeUnavailableError extends Error {

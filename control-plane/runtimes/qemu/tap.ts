@@ -1,10 +1,11 @@
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
-import type { EgressPolicy } from "../../manager/egress.js";
-import { applyPolicy, missingTools, nameServers, releaseDevice } from "../egress-nft.js";
+import type { EgressPolicy } from "../net/policy.js";
+import { applyPolicy, missingTools, releaseDevice } from "../net/nft.js";
+import { nameServers } from "../net/dns.js";
 import { createTap } from "../firecracker/network.js";
 import type { TapRecord } from "../firecracker/state.js";
-import { addresses } from "../host-net.js";
+import { addresses } from "../net/addresses.js";
 import type { TapNetwork } from "./command.js";
 
 /** Why this host cannot give VMs a filtered tap network, or undefined when it can. */

@@ -4,6 +4,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable } from "node:stream";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
+import { withChildOomScore } from "./oom-score.js";
 
 export type OutputKind = "stdout" | "stderr" | "pty";
 
@@ -59,19 +60,20 @@ export class ProcessHandle {
 
   /** Spawns the process; rejects with `invalid_argument` when it cannot start. */
   static async spawn(spec: SpawnSpec): Promise<ProcessHandle> {
-    if (spec.pty) {
+    const size = spec.pty;
+    if (size) {
       let pty: IPty;
       try {
-        pty = spawnPty(spec.cmd, spec.args, {
+        pty = withChildOomScore(() => spawnPty(spec.cmd, spec.args, {
           name: spec.env.TERM ?? "xterm-256color",
-          cols: spec.pty.cols || 80,
-          rows: spec.pty.rows || 24,
+          cols: size.cols || 80,
+          rows: size.rows || 24,
           cwd: spec.cwd,
           env: spec.env,
           uid: spec.uid,
           gid: spec.gid,
           encoding: null,
-        } as Parameters<typeof spawnPty>[2]);
+        } as Parameters<typeof spawnPty>[2]));
       } catch (err) {
         throw new ConnectError(`error starting pty process: ${(err as Error).message}`, Code.InvalidArgument);
       }
@@ -79,14 +81,14 @@ export class ProcessHandle {
       handle.wirePty(pty);
       return handle;
     }
-    const child = spawn(spec.cmd, spec.args, {
+    const child = withChildOomScore(() => spawn(spec.cmd, spec.args, {
       cwd: spec.cwd,
       env: spec.env,
       uid: spec.uid,
       gid: spec.gid,
       stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
       detached: true,
-    });
+    }));
     await new Promise<void>((resolve, reject) => {
       child.once("spawn", resolve);
       child.once("error", (err) =>

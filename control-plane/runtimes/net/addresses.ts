@@ -5,7 +5,7 @@
 // restarts share the pool without a registry.
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { findExecutable } from "../host/checks.js";
+import { findExecutable } from "../../host/checks.js";
 
 export const run = promisify(execFile);
 

@@ -1,0 +1,147 @@
+// The host's rules for sandbox networks: every runtime whose sandboxes reach
+// the network through a host device named l2b<short id> (a process sandbox's
+// veth, a VM's tap) is filtered here, where code in the sandbox cannot change
+// anything.
+//
+//   table inet locale2b
+//     map sandboxes          ifname → jump sbx_<id>            (one element per sandbox device)
+//     chain forward          from a sandbox: never to another sandbox's /30, link-local (cloud
+//                            metadata) or multicast; then its own chain (anti-spoofing, egress
+//                            policy); to a sandbox: only replies
+//     chain input            from a sandbox to the host itself: only DNS to a host-local resolver
+//     chain postrouting      masquerade NET_BASE leaving by any other device
+//     chain sbx_<id>         only the sandbox's own source address; DNS to the resolvers;
+//                            allow CIDRs accept; deny CIDRs reject (admin-prohibited)
+// IPv6 is off on every sandbox device (and dropped here too): a sandbox has IPv4 only.
+import { readFileSync, writeFileSync } from "node:fs";
+import type { Logger } from "pino";
+import { findExecutable } from "../../host/checks.js";
+import { deleteDevice, NET_BASE, run } from "./addresses.js";
+import { hostLocalAddresses, nameServers } from "./dns.js";
+import type { EgressPolicy } from "./policy.js";
+
+const TABLE = "inet locale2b";
+const DEVICES = `"l2b*"`;
+/** An empty chain naming this version of the table's rules: another version is replaced. */
+const SCHEMA = "schema_2";
+
+/** The tools egress rules need that this host lacks, as a reason; undefined when it has them. */
+export function missingTools(tools: string[]): string | undefined {
+  const missing = tools.filter((t) => !findExecutable(t));
+  if (missing.length) return `missing ${missing.join(", ")} (run scripts/setup-host, or install nftables, iproute2 and util-linux)`;
+  return undefined;
+}
+
+/** Runs an nft script as one transaction. */
+async function nft(script: string): Promise<void> {
+  const done = run(findExecutable("nft")!, ["-f", "-"], { encoding: "utf8" });
+  done.child.stdin?.end(script);
+  await done.catch((err: { stderr?: string; message: string }) => {
+    throw new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`);
+  });
+}
+
+/** The shared table's rules (replacing an older version of them). */
+export function tableRules(localDns: string[]): string[] {
+  const dnsIn = localDns.length ? [`add rule ${TABLE} input iifname ${DEVICES} ip daddr { ${localDns.join(", ")} } meta l4proto { tcp, udp } th dport 53 accept`] : [];
+  return [
+    `add table ${TABLE}`,
+    `delete table ${TABLE}`,
+    `add table ${TABLE}`,
+    `add chain ${TABLE} ${SCHEMA}`,
+    `add map ${TABLE} sandboxes { type ifname : verdict; }`,
+    `add chain ${TABLE} forward { type filter hook forward priority filter - 5; policy accept; }`,
+    `add rule ${TABLE} forward iifname ${DEVICES} meta nfproto ipv6 drop`,
+    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr { ${NET_BASE}, 169.254.0.0/16, 224.0.0.0/3 } reject with icmp type admin-prohibited`,
+    `add rule ${TABLE} forward iifname ${DEVICES} iifname vmap @sandboxes`,
+    `add rule ${TABLE} forward oifname ${DEVICES} ct state established,related accept`,
+    `add rule ${TABLE} forward oifname ${DEVICES} drop`,
+    `add chain ${TABLE} input { type filter hook input priority filter - 5; policy accept; }`,
+    `add rule ${TABLE} input iifname ${DEVICES} ct state established,related accept`,
+    ...dnsIn,
+    `add rule ${TABLE} input iifname ${DEVICES} meta nfproto ipv4 reject with icmp type admin-prohibited`,
+    `add rule ${TABLE} input iifname ${DEVICES} drop`,
+    `add chain ${TABLE} postrouting { type nat hook postrouting priority srcnat; policy accept; }`,
+    `add rule ${TABLE} postrouting ip saddr ${NET_BASE} oifname != ${DEVICES} masquerade`,
+  ];
+}
+
+let tableReady: Promise<void> | undefined;
+
+/**
+ * The shared table (once per server process: rewritten from scratch, so an
+ * older server's version of it is replaced; each live sandbox's chain is
+ * re-added by applyPolicy when it is adopted) and IPv4 forwarding.
+ */
+export function ensureTable(log: Logger): Promise<void> {
+  tableReady ??= (async () => {
+    const exists = await run(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
+      (r) => String(r.stdout),
+      () => "",
+    );
+    // A table this server version wrote already (a restart): keep it and the sandboxes' chains in it.
+    if (!exists.includes(`chain ${SCHEMA}`)) await nft(tableRules(hostLocalAddresses(nameServers())).join("\n"));
+    if (readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim() !== "1") {
+      writeFileSync("/proc/sys/net/ipv4/ip_forward", "1\n");
+      log.info("enabled IPv4 forwarding (net.ipv4.ip_forward=1) for sandbox networks");
+    }
+  })().catch((err: unknown) => {
+    tableReady = undefined;
+    throw err;
+  });
+  return tableReady;
+}
+
+/** The nft chain of a sandbox. */
+export const policyChain = (sandboxId: string) => `sbx_${sandboxId}`;
+
+/** A sandbox's chain: its own address only, DNS first, then allow (wins), then deny. */
+export function policyRules(chain: string, policy: EgressPolicy, dns: string[], source?: string): string[] {
+  const rules = [`add chain ${TABLE} ${chain}`];
+  if (source) rules.push(`add rule ${TABLE} ${chain} ip saddr != ${source} drop`);
+  for (const d of dns) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto { tcp, udp } th dport 53 accept`);
+  for (const a of policy.allow) rules.push(`add rule ${TABLE} ${chain} ip daddr ${a} accept`);
+  for (const d of policy.deny) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} reject with icmp type admin-prohibited`);
+  return rules;
+}
+
+/** No IPv6 on a sandbox's host-side device: no link-local route from the sandbox to the host's services. */
+export function disableIpv6(device: string): void {
+  try {
+    writeFileSync(`/proc/sys/net/ipv6/conf/${device}/disable_ipv6`, "1\n");
+  } catch {
+    // no IPv6 in this kernel: nothing to turn off
+  }
+}
+
+/**
+ * Applies a policy to everything entering the host from `device` (created or
+ * replaced in one transaction, so the sandbox's connections keep their state).
+ * `source`: the only address the sandbox may send from.
+ */
+export async function applyPolicy(device: string, sandboxId: string, policy: EgressPolicy, log: Logger, source?: string): Promise<void> {
+  await ensureTable(log);
+  const chain = policyChain(sandboxId);
+  await nft(
+    [
+      `add chain ${TABLE} ${chain}`,
+      `flush chain ${TABLE} ${chain}`,
+      ...policyRules(chain, policy, nameServers(), source),
+      `add element ${TABLE} sandboxes { "${device}" : jump ${chain} }`,
+    ].join("\n"),
+  );
+}
+
+/** Removes a sandbox's chain; what is already gone is fine. */
+export async function removePolicy(device: string, sandboxId: string): Promise<void> {
+  const bin = findExecutable("nft");
+  if (!bin) return;
+  await run(bin, ["delete", "element", ...TABLE.split(" "), "sandboxes", `{ "${device}" }`]).catch(() => undefined);
+  await run(bin, ["delete", "chain", ...TABLE.split(" "), policyChain(sandboxId)]).catch(() => undefined);
+}
+
+/** A sandbox is gone: its chain and its host device (veth or tap) go too; what is already gone is fine. */
+export async function releaseDevice(device: string, sandboxId: string): Promise<void> {
+  await removePolicy(device, sandboxId);
+  await deleteDevice(device);
+}

@@ -1,0 +1,95 @@
+// A process sandbox's way out: its network namespace joined to the host by a
+// veth pair on a /30 of NET_BASE (the host end `l2b<short id>`, the sandbox's
+// `eth0`), NATed to the host's uplink, filtered by the nft rules on the host
+// end (nft.ts), where nothing in the sandbox can change them (its root has no
+// CAP_NET_ADMIN).
+import { execFile } from "node:child_process";
+import { readlinkSync } from "node:fs";
+import type { Logger } from "pino";
+import { findExecutable } from "../../host/checks.js";
+import { addresses, deviceName, ipBin, withFreeIndex } from "./addresses.js";
+import { applyPolicy, disableIpv6, missingTools, releaseDevice } from "./nft.js";
+import type { EgressPolicy } from "./policy.js";
+
+/** What a sandbox's network is, kept with the sandbox so it can be torn down after a restart. */
+export interface NetRecord {
+  device: string;
+  index: number;
+}
+
+export function isNetRecord(v: unknown): v is NetRecord {
+  const r = v as Partial<NetRecord> | undefined;
+  return typeof r?.device === "string" && typeof r.index === "number";
+}
+
+/** What this host lacks for veth networks with rules, or undefined when it has it all. */
+export function vethUnsupported(): string | undefined {
+  if (process.getuid?.() !== 0) return "they need the server to run as root";
+  return missingTools(["nft", "ip", "nsenter"]);
+}
+
+/** `ip -batch -` (optionally inside a namespace through nsenter), with an error that says which command failed. */
+function ipBatch(commands: string[], netns?: string): Promise<void> {
+  const [file, ...args] = netns ? [findExecutable("nsenter")!, `--net=${netns}`, ipBin(), "-batch", "-"] : [ipBin(), "-batch", "-"];
+  return new Promise((resolve, reject) => {
+    const child = execFile(file!, args, { encoding: "utf8" }, (err, _out, stderr) => {
+      if (!err) return resolve();
+      const why = (stderr || err.message).trim();
+      reject(new Error(`ip ${netns ? "(in the sandbox) " : ""}failed: ${why}${/permitted|denied/i.test(why) ? " (network devices need root)" : ""}`));
+    });
+    child.stdin?.end(commands.join("\n") + "\n");
+  });
+}
+
+/** The network namespace of `pid` (a sandbox's first process), checked to be other than ours. */
+function netnsOf(pid: number): string {
+  const path = `/proc/${pid}/ns/net`;
+  let ns: string;
+  try {
+    ns = readlinkSync(path);
+  } catch {
+    throw new Error("the sandbox exited before its network was set up");
+  }
+  if (ns === readlinkSync("/proc/self/ns/net")) throw new Error("the sandbox shares the host's network namespace: refusing to give it a veth");
+  return path;
+}
+
+/**
+ * Joins the network namespace of `pid` to the host with a veth pair and
+ * applies `policy` (allow everything but what the table always forbids, when
+ * the policy is empty). On failure nothing is left behind.
+ */
+export async function attachVeth(sandboxId: string, pid: number, policy: EgressPolicy, log: Logger): Promise<NetRecord> {
+  const ns = netnsOf(pid);
+  const device = deviceName(sandboxId);
+  const peer = `l2p${sandboxId.slice(-12)}`;
+  return withFreeIndex(async (index) => {
+    const a = addresses(index);
+    try {
+      await ipBatch([`link add ${device} type veth peer name ${peer} netns ${pid}`]);
+      disableIpv6(device);
+      await ipBatch([`addr add ${a.host}/${a.prefix} dev ${device}`, `link set ${device} up`]);
+      await applyPolicy(device, sandboxId, policy, log, a.guest);
+      await ipBatch(
+        [
+          `link set ${peer} name eth0`,
+          `addr add ${a.guest}/${a.prefix} dev eth0`,
+          `link set eth0 up`,
+          `link set lo up`,
+          `route add default via ${a.host}`,
+        ],
+        ns,
+      );
+    } catch (err) {
+      await releaseDevice(device, sandboxId);
+      throw err;
+    }
+    log.debug({ device, address: a.guest, allow: policy.allow, deny: policy.deny }, "sandbox network set up");
+    return { device, index };
+  });
+}
+
+/** Replaces a sandbox's rules (its connections keep their conntrack state). */
+export async function updateVethPolicy(rec: NetRecord, sandboxId: string, policy: EgressPolicy, log: Logger): Promise<void> {
+  await applyPolicy(rec.device, sandboxId, policy, log, addresses(rec.index).guest);
+}
