@@ -5,8 +5,8 @@
 // the way, the sticky bit of the parent for removal. (ACLs are not read.)
 // A refusal is `permission_denied` (Connect) or 403 (HTTP), with a message
 // naming the user, the path and what was refused.
-import { lstatSync, readdirSync, realpathSync, statSync, type Stats } from "node:fs";
-import { dirname } from "node:path";
+import { lstatSync, readdirSync, readlinkSync, realpathSync, statSync, type Stats } from "node:fs";
+import { dirname, resolve } from "node:path";
 import type { User, UserDb } from "../users.js";
 
 export type Want = "read" | "write" | "list" | "search";
@@ -81,10 +81,17 @@ export class FsAccess {
    *   search reach it at all (stat, watch its parent's view)
    * A path that does not exist is left for the operation to report.
    */
-  check(user: User, path: string, want: Want): void {
+  check(user: User, path: string, want: Want, depth = 0): void {
     if (!enforced(user)) return;
     const groups = this.groups(user);
     const st = statOrUndefined(path);
+    const link = st ? undefined : statOrUndefined(path, false);
+    if (link?.isSymbolicLink() && depth < 40) {
+      // A dangling symlink: writing it creates its target, which is what must be allowed.
+      this.traverse(existingPart(dirname(path)), user, groups, path);
+      this.check(user, resolve(dirname(path), readlinkSync(path)), want, depth + 1);
+      return;
+    }
     if (!st) {
       if (want !== "write") {
         this.traverse(existingPart(dirname(path)), user, groups, path);

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, createWriteStream, mkdirSync } from "node:fs";
+import { accessSync, constants, createWriteStream, lstatSync, mkdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { chmod, chown, copyFile, mkdir, realpath, stat, unlink } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { replaceMetadata } from "../filesystem/xattr.js";
@@ -92,6 +92,8 @@ export class StagedFile {
       const code = errnoCode(err);
       if (code === "ENOTDIR") throw new HttpError(400, `path '${path}' is invalid: a parent is not a directory`);
       if (code !== "ENOENT") throw err;
+      // A dangling symlink: the upload creates its target (as open(2) with O_CREAT would).
+      target = danglingTarget(path) ?? path;
     }
     const dir = dirname(target);
     await ensureDir(dir, user, path);
@@ -148,6 +150,22 @@ export class StagedFile {
     if (!this.written) return;
     await unlink(this.tmp).catch(() => undefined);
   }
+}
+
+/** Where a chain of symlinks that ends nowhere points, or undefined when `path` is no symlink. */
+function danglingTarget(path: string): string | undefined {
+  let p = path;
+  for (let i = 0; i < 40; i++) {
+    let link: string;
+    try {
+      if (!lstatSync(p).isSymbolicLink()) return p === path ? undefined : p;
+      link = readlinkSync(p);
+    } catch {
+      return p === path ? undefined : p;
+    }
+    p = resolve(dirname(p), link);
+  }
+  throw new HttpError(400, `path '${path}' is a chain of too many symlinks`);
 }
 
 /** mkdir -p with 0755, chowning every directory it creates to `user` (when root). */

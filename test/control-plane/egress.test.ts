@@ -1,41 +1,38 @@
 // Egress policies (E2B's network.allowOut / denyOut) on the process runtime,
-// through the real JS SDK: the sandbox gets its own network namespace joined
+// through the real JS SDK: every sandbox has its own network namespace joined
 // to the host by a veth pair, and nftables on the host allows or refuses its
-// connections. Destinations are servers of this test on the host's own
-// addresses (its uplink address, and the sandbox's gateway, which is also
-// the host), so no internet is needed; a domain name in allowOut is checked
-// with a package registry where this machine can reach one.
+// connections. Destinations are two addresses of a test host in a network
+// namespace of this test's own (helpers/peer-host.ts), reached through the
+// host's forwarding and NAT as the internet would be, so no internet is
+// needed; a domain name in allowOut is checked with a package registry where
+// this machine can reach one.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import http from "node:http";
-import type net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { egressUnsupported } from "../../control-plane/runtimes/process/egress-net.js";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
-import { nftChain, uplinkAddress } from "../helpers/egress.js";
+import { nftChain } from "../helpers/egress.js";
+import { startPeerHost, type PeerHost } from "../helpers/peer-host.js";
 import { rejection, setEnv } from "../helpers/sdk.js";
 
 let cp: TestControlPlane;
 let restoreEnv = () => {};
-let server: http.Server;
+let peer: PeerHost;
 let port: number;
+let hostAddr: string;
+let otherAddr: string;
 const created: Sandbox[] = [];
 
 const runtime = new ProcessRuntime();
-const caps = await runtime.capabilities();
-const hostAddr = uplinkAddress();
-const missing =
-  egressUnsupported(caps.mode, caps.netns) ?? (hostAddr ? undefined : "the host has no non-loopback IPv4 address to connect to");
+const missing = await runtime.egressUnsupported();
 
 beforeAll(async () => {
   if (missing) return;
-  server = http.createServer((_req, res) => res.end("host-ok"));
-  await new Promise<void>((resolve) => server.listen(0, "0.0.0.0", resolve));
-  port = (server.address() as net.AddressInfo).port;
+  peer = await startPeerHost();
+  [hostAddr, otherAddr, port] = [peer.a, peer.b, peer.port];
   cp = await startTestControlPlane({ runtime });
   restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
 });
@@ -44,7 +41,7 @@ afterAll(async () => {
   for (const s of created) await s.kill().catch(() => undefined);
   restoreEnv();
   await cp?.close();
-  server?.close();
+  await peer?.close();
 });
 
 async function create(network?: { allowOut?: string[]; denyOut?: string[] }, allowInternetAccess?: boolean): Promise<Sandbox> {
@@ -53,38 +50,36 @@ async function create(network?: { allowOut?: string[]; denyOut?: string[] }, all
   return s;
 }
 
-/** What `curl http://<addr>:<port>/` prints in the sandbox: the body, or `refused (exit N)`. */
+/** What `curl http://<addr>:<port>/` prints in the sandbox: `ok`, or `refused (exit N)`. */
 async function reach(s: Sandbox, addr: string, p = port): Promise<string> {
   const r = await s.commands.run(`curl -s -m 10 http://${addr}:${p}/ || echo "refused (exit $?)"`);
-  return r.stdout.trim();
+  const out = r.stdout.trim();
+  return out.startsWith("peer-ok") ? "host-ok" : out;
 }
 
-/** The sandbox's default gateway: the host end of its veth pair. */
-async function gateway(s: Sandbox): Promise<string> {
-  const r = await s.commands.run("ip route show default");
-  const m = /default via (\S+)/.exec(r.stdout);
-  expect(m, `no default route in the sandbox: ${r.stdout}`).not.toBeNull();
-  return m![1]!;
+/** The peer's second address: a destination no policy below names unless it says so. */
+async function gateway(_s: Sandbox): Promise<string> {
+  return otherAddr;
 }
 
 const nftHas = (chain: string) => nftChain(chain) !== undefined;
 
 describe.skipIf(missing !== undefined)(`egress policies on the process runtime${missing ? ` (skipped: ${missing})` : ""}`, () => {
-  it("without a policy a sandbox shares the host's network and reaches the host", async () => {
+  it("without a policy a sandbox reaches other hosts through its own network", async () => {
     const s = await create();
     expect(await reach(s, hostAddr!)).toBe("host-ok");
+    expect(await reach(s, otherAddr)).toBe("host-ok");
   });
 
   it("denyOut refuses exactly the listed destinations, at once (no hang)", async () => {
     const s = await create({ denyOut: [`${hostAddr}/32`] });
     const gw = await gateway(s);
     expect(await reach(s, hostAddr!)).toMatch(/^refused \(exit 7\)$/);
-    // The gateway is the host too, under another address, which the policy does not list.
+    // The peer's other address is not listed.
     expect(await reach(s, gw)).toBe("host-ok");
     // Its own network: eth0 on a sandbox /30 (not the host's interfaces).
     const addrs = await s.commands.run("ip -o -4 addr show");
     expect(addrs.stdout).toMatch(/eth0\s+inet 10\.201\./);
-    expect(addrs.stdout).not.toContain(hostAddr!);
   });
 
   it("allowOut wins over denyOut: allow one address, deny everything else", async () => {
@@ -113,7 +108,7 @@ describe.skipIf(missing !== undefined)(`egress policies on the process runtime${
     expect(status, `GET through ${host}`).toBe(200);
   });
 
-  it("updateNetwork replaces the rules of a running sandbox; one without a policy says it cannot", async () => {
+  it("updateNetwork replaces the rules of any running sandbox, with or without a policy at create", async () => {
     const s = await create({ denyOut: [hostAddr!] });
     expect(await reach(s, hostAddr!)).toMatch(/^refused/);
     await s.updateNetwork({});
@@ -123,10 +118,20 @@ describe.skipIf(missing !== undefined)(`egress policies on the process runtime${
     expect(await reach(s, await gateway(s))).toMatch(/^refused/);
     expect((await s.getInfo()).network).toMatchObject({ allowOut: [hostAddr!], denyOut: ["0.0.0.0/0"] });
 
+    // A sandbox created without a policy takes one as well (E2B allows it), and gives it back.
     const plain = await create();
-    const err = await rejection(plain.updateNetwork({ denyOut: ["0.0.0.0/0"] }));
-    expect(err.message).toMatch(/409: .*created without network\.allowOut\/denyOut/);
     expect(await reach(plain, hostAddr!)).toBe("host-ok");
+    await plain.updateNetwork({ denyOut: ["0.0.0.0/0"] });
+    expect(await reach(plain, hostAddr!)).toMatch(/^refused/);
+    await plain.updateNetwork({});
+    expect(await reach(plain, hostAddr!)).toBe("host-ok");
+
+    // One created offline has only `lo`: an allow list gives it a way out to exactly that.
+    const offline = await create(undefined, false);
+    expect(await reach(offline, hostAddr!)).toMatch(/^refused/);
+    await offline.updateNetwork({ allowOut: [hostAddr!], denyOut: ["0.0.0.0/0"] });
+    expect(await reach(offline, hostAddr!)).toBe("host-ok");
+    expect(await reach(offline, otherAddr)).toMatch(/^refused/);
   });
 
   it("a killed sandbox leaves no rules and no device behind", async () => {

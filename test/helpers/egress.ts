@@ -13,7 +13,7 @@ export function uplinkAddress(): string | undefined {
 
 /** A sandbox's egress chain as `nft list` prints it, or undefined when it does not exist. */
 export function nftChain(chain: string): string | undefined {
-  const r = spawnSync("nft", ["list", "chain", "ip", "locale2b_egress", chain], { encoding: "utf8" });
+  const r = spawnSync("nft", ["list", "chain", "inet", "locale2b", chain], { encoding: "utf8" });
   return r.status === 0 ? r.stdout : undefined;
 }
 

@@ -1,5 +1,6 @@
 import { join } from "node:path";
 import {
+  allSandboxesPidsMax,
   CPU_PERIOD_US,
   groupExists,
   makeGroupDir,
@@ -141,7 +142,9 @@ export class V1Cgroup implements SandboxCgroup {
 export class V1Driver implements CgroupDriver {
   readonly kind = "v1";
 
-  constructor(private readonly parents: Partial<Record<V1Controller, string>>) {}
+  constructor(private readonly parents: Partial<Record<V1Controller, string>>) {
+    if (parents.pids) tryWrite(join(parents.pids, "pids.max"), String(allSandboxesPidsMax()));
+  }
 
   get description(): string {
     return `cgroup v1 (${Object.keys(this.parents).join(", ")})`;

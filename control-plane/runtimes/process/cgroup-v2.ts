@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
+  allSandboxesPidsMax,
   CPU_PERIOD_US,
   groupExists,
   makeGroupDir,
@@ -126,7 +127,9 @@ export class V2Driver implements CgroupDriver {
     readonly parent: string,
     /** Controllers enabled for the parent's children: some of memory, cpu, pids. */
     readonly controllers: string[],
-  ) {}
+  ) {
+    if (controllers.includes("pids")) tryWrite(join(parent, "pids.max"), String(allSandboxesPidsMax()));
+  }
 
   get description(): string {
     return `cgroup v2 (${["freezer", ...this.controllers].join(", ")}) under ${this.parent}`;

@@ -124,3 +124,17 @@ export async function removeGroupDir(dir: string): Promise<void> {
 export function groupExists(dir: string): boolean {
   return existsSync(join(dir, "cgroup.procs"));
 }
+
+/**
+ * How many tasks all sandboxes together may hold (the parent group's
+ * pids.max): LOCALE2B_PIDS_MAX_TOTAL, else three quarters of what the kernel
+ * allows (the smaller of pid_max and threads-max), so sandboxes never take
+ * the host's last process ids however many there are.
+ */
+export function allSandboxesPidsMax(env: NodeJS.ProcessEnv = process.env): number {
+  const set = Number(env.LOCALE2B_PIDS_MAX_TOTAL);
+  if (Number.isInteger(set) && set > 0) return set;
+  const pidMax = readNumber("/proc/sys/kernel/pid_max") ?? 32768;
+  const threadsMax = readNumber("/proc/sys/kernel/threads-max") ?? pidMax;
+  return Math.max(1024, Math.floor(Math.min(pidMax, threadsMax) * 0.75));
+}
