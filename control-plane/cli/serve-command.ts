@@ -168,6 +168,13 @@ export async function runServeCommand(args: string[]): Promise<number> {
   let cp: RunningControlPlane;
   try {
     const images = imagesDir();
+    // As root the process runtime runs every sandbox on the base image: build it on first use.
+    if (opts.runtime === "process" && process.getuid?.() === 0 && process.env.LOCALE2B_NO_IMAGE_BUILD !== "1") {
+      const { ensureBaseTemplate } = await import("../images/first-use.js");
+      await ensureBaseTemplate(images).catch((err: Error) => {
+        throw new CliError(err.message, 2);
+      });
+    }
     const runtime = await createRuntime(opts.runtime, { imagesDir: images });
     // A template may name its own runtime (`runtime:` in its definition): started on first use.
     const other = (name: string) =>

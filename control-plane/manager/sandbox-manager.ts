@@ -1,4 +1,4 @@
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
@@ -106,7 +106,25 @@ export class SandboxManager {
     this.reaper.unref();
     const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
     await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
+    this.removeDeadDirs();
     this.warm?.fill();
+  }
+
+  /** Directories of sandboxes that are no more (died or were killed while no server ran): gone. */
+  private removeDeadDirs(): void {
+    const root = join(this.o.dataDir, "sandboxes");
+    let ids: string[] = [];
+    try {
+      ids = readdirSync(root);
+    } catch {
+      return;
+    }
+    for (const id of ids) {
+      const rec = this.o.store.getSandbox(id);
+      if (rec && rec.state !== "killed") continue;
+      rmSync(join(root, id), { recursive: true, force: true });
+      this.o.log.info({ sandboxId: id }, "removed the directory of a sandbox that is gone");
+    }
   }
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
@@ -178,6 +196,8 @@ export class SandboxManager {
         this.o.pool.forget(id);
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
+        // Nothing of a dead sandbox stays on disk (its runtime released the rest).
+        setTimeout(() => rmSync(this.dir(id), { recursive: true, force: true }), 2_000).unref();
       });
     });
   }

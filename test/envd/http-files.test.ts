@@ -6,6 +6,7 @@ import {
   existsSync,
   lstatSync,
   mkdirSync,
+  chmodSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
@@ -40,6 +41,8 @@ let n = 0;
 
 beforeAll(async () => {
   base = mkdtempSync(join(tmpdir(), "locale2b-http-files-"));
+  // envd acts as the requesting user: `user` must be able to reach its home, as in a sandbox.
+  chmodSync(base, 0o755);
   const etc = join(base, "etc");
   home = join(base, "home", "user");
   mkdirSync(etc);

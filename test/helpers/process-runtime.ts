@@ -130,7 +130,8 @@ export async function create(opts: { allowInternetAccess?: boolean; memoryMB?: n
 
 /** envd's host pid: the node process in the sandbox serving its socket. */
 export function envdPid(s: Sandbox): number {
-  const pid = s.inst.pids().find((p) => p !== s.inst.pid && cmdline(p).includes(`unix+vsock://${s.inst.socketPath}`) && cmdline(p)[0]?.endsWith("node"));
+  const isEnvd = (args: string[]) => args.includes(`unix+vsock://${s.inst.socketPath}`) || args.includes("/opt/locale2b/envd/envd.js");
+  const pid = s.inst.pids().find((p) => p !== s.inst.pid && isEnvd(cmdline(p)) && cmdline(p)[0]?.endsWith("node"));
   if (!pid) throw new Error("envd's process not found");
   return pid;
 }

@@ -35,7 +35,9 @@ describe("template definitions", () => {
     const def = loadDefinition("base", {});
     expect(def).toMatchObject({ name: "base", release: "bookworm", variant: "minbase", mirror: "http://deb.debian.org/debian", user: "user" });
     expect(def.packages).toEqual(expect.arrayContaining(["python3", "git", "curl", "ca-certificates", "libstdc++6"]));
-    expect(def.packages).not.toContain("sudo");
+    // E2B's base image has passwordless sudo for its user: ours too.
+    expect(def.packages).toContain("sudo");
+    expect(def.files.map((f) => f.path)).toContain("/etc/sudoers.d/user");
     expect(def.diskSizeMB).toBeGreaterThanOrEqual(512);
     const minimal = parse("packages: [git]\n");
     expect(minimal).toMatchObject({ name: "demo", release: "bookworm", variant: "minbase", diskSizeMB: 1024, user: "user", run: [], files: [] });
