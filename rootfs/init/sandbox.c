@@ -467,7 +467,7 @@ static void __attribute__((noreturn)) first_process(int to_parent, int from_pare
 		die("confining the sandbox failed");
 	const char *argv[MAX_ARGS + 8];
 	int n = 0;
-	argv[n++] = "locale2b-init";
+	argv[n++] = GUEST_INIT;
 	argv[n++] = "--hybrid-fd";
 	argv[n++] = "3";
 	argv[n++] = "--no-mounts";

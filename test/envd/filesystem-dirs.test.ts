@@ -1,5 +1,5 @@
 import { Code } from "@connectrpc/connect";
-import { existsSync, mkdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { FileType } from "../../gen/ts/filesystem/filesystem_pb.js";
@@ -75,9 +75,15 @@ describe("ListDir", () => {
 });
 
 describe("MakeDir, Move, Remove", () => {
-  it("creates parents as 0755 directories owned by the calling user", async () => {
+  it("creates parents as 0755 directories owned by the calling user; none where the user may not write", async () => {
     const dir = fresh();
     const target = join(dir, "p", "q");
+    // In a directory of root's (0755) nobody may create nothing: permission_denied, and nothing made.
+    const refused = await rpcError(fs.makeDir({ path: target }, { headers: basicAuth("nobody") }));
+    expect(refused.code).toBe(Code.PermissionDenied);
+    expect(refused.rawMessage).toMatch(/permission denied: user 'nobody' cannot create/);
+    expect(existsSync(join(dir, "p"))).toBe(false);
+    chmodSync(dir, 0o777);
     const { entry } = await fs.makeDir({ path: target }, { headers: basicAuth("nobody") });
     expect(entry?.type).toBe(FileType.DIRECTORY);
     expect(entry?.name).toBe("q");

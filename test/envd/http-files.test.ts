@@ -82,9 +82,11 @@ function files(params: Record<string, string>): string {
   return `/files?${new URLSearchParams(params)}`;
 }
 
+/** A directory of the test's own, owned by `user` (envd acts as the requesting user). */
 function fresh(): string {
   const dir = join(base, `case-${n++}`);
   mkdirSync(dir);
+  if (AS_ROOT) chownSync(dir, 1000, 1000);
   return dir;
 }
 
@@ -208,9 +210,16 @@ describe("POST /files", () => {
   it("replaces an existing file, writes through a symlink, and refuses a directory", async () => {
     const dir = fresh();
     writeFileSync(join(dir, "old.txt"), "old content that is longer");
+    if (AS_ROOT) {
+      // A file of root's is not the user's to replace: 403, and it keeps its content.
+      expectError(await call("POST", files({ path: join(dir, "old.txt") }), octet, Buffer.from("new")), 403, /permission denied: user 'user' cannot write/);
+      expect(readFileSync(join(dir, "old.txt"), "utf8")).toBe("old content that is longer");
+      chownSync(join(dir, "old.txt"), 1000, 1000);
+    }
     expectUploaded(await call("POST", files({ path: join(dir, "old.txt") }), octet, Buffer.from("new")), [join(dir, "old.txt")]);
     expect(readFileSync(join(dir, "old.txt"), "utf8")).toBe("new");
     writeFileSync(join(dir, "target.txt"), "t");
+    if (AS_ROOT) chownSync(join(dir, "target.txt"), 1000, 1000);
     symlinkSync(join(dir, "target.txt"), join(dir, "link.txt"));
     expectUploaded(await call("POST", files({ path: join(dir, "link.txt") }), octet, Buffer.from("via link")), [join(dir, "link.txt")]);
     expect(lstatSync(join(dir, "link.txt")).isSymbolicLink()).toBe(true);

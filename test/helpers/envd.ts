@@ -1,6 +1,6 @@
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Filesystem } from "../../gen/ts/filesystem/filesystem_pb.js";
@@ -16,6 +16,8 @@ export interface TestEnvd extends RunningEnvd {
 /** Starts a real envd on 127.0.0.1 with a random port. */
 export async function startTestEnvd(opts: Partial<EnvdOptions> = {}): Promise<TestEnvd> {
   const dir = mkdtempSync(join(tmpdir(), "locale2b-test-"));
+  // envd acts as the requesting user: other users must be able to reach what tests make here.
+  chmodSync(dir, 0o755);
   const envd = await startEnvd({ listen: ["tcp://127.0.0.1:0"], ...opts });
   return {
     ...envd,

@@ -1,6 +1,7 @@
 """Sandbox lifecycle through the control plane: create, get_info, list, set_timeout, pause/connect, kill, auth, isolation."""
 
 import os
+import sys
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -418,29 +419,41 @@ def _uplink_address():
 
 
 def test_egress_policy_and_update_network(control_plane):
+    """A destination a sandbox may reach: a test host in a network namespace of our own
+    (sandboxes never reach the host itself), as test/helpers/peer-host.ts makes one."""
+    import secrets
     import shutil
     import subprocess
+    import time
 
-    host = _uplink_address()
     nft_ok = shutil.which("nft") is not None and subprocess.run(["nft", "--version"], capture_output=True).returncode == 0
-    if os.geteuid() != 0 or not nft_ok or host is None:
-        pytest.skip("egress policies need root, nftables (scripts/setup-host) and a non-loopback IPv4 address")
-    import http.server
-    import threading
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"host-ok")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
+    if os.geteuid() != 0 or not nft_ok or shutil.which("ip") is None:
+        pytest.skip("egress policies need root, nftables and iproute2 (scripts/setup-host)")
+    tag = secrets.token_hex(3)
+    ns, dev = f"l2btest-{tag}", f"lbt{tag}"
+    base = (int(tag[:4], 16) % 8000) * 8
+    addr = lambda n: f"10.203.{base >> 8}.{(base & 255) + n}"
+    ip = lambda *a: subprocess.run(["ip", *a], check=True, capture_output=True)
+    ip("netns", "add", ns)
+    server = None
     try:
+        ip("link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("addr", "add", f"{addr(1)}/29", "dev", dev)
+        ip("link", "set", dev, "up")
+        ip("-n", ns, "addr", "add", f"{addr(2)}/29", "dev", "eth0")
+        ip("-n", ns, "link", "set", "eth0", "up")
+        ip("-n", ns, "route", "add", "default", "via", addr(1))
+        www = f"/tmp/{ns}"
+        os.makedirs(www, exist_ok=True)
+        with open(f"{www}/index.html", "w") as f:
+            f.write("host-ok")
+        server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "http.server", "8080", "--directory", www],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host, port = addr(2), 8080
+        for _ in range(100):
+            if subprocess.run(["curl", "-s", "-m", "2", f"http://{host}:{port}/"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
         sbx = Sandbox.create(template="base", network={"deny_out": [f"{host}/32"]})
         try:
             reach = f'curl -s -m 10 http://{host}:{port}/ || echo "refused (exit $?)"'
@@ -453,4 +466,7 @@ def test_egress_policy_and_update_network(control_plane):
         with pytest.raises(Exception, match="wildcard domains are not supported"):
             Sandbox.create(template="base", network={"allow_out": ["*.example.com"]})
     finally:
-        server.shutdown()
+        if server:
+            server.kill()
+        subprocess.run(["ip", "link", "del", dev], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

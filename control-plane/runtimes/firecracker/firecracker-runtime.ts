@@ -79,7 +79,7 @@ export class FirecrackerRuntime implements Runtime {
     return this.opts.jailer ?? jailRequested(this.env);
   }
 
-  /** Egress lists are nft rules on the VM's tap device (../egress-nft.ts). */
+  /** Egress lists are nft rules on the VM's tap device (../net/nft.ts). */
   async egressUnsupported(): Promise<string | undefined> {
     return missingTools(["nft", "ip"]);
   }

@@ -4,6 +4,9 @@
 // /30s are taken is read from the host's l2b* devices, so runtimes and
 // restarts share the pool without a registry.
 import { execFile } from "node:child_process";
+import { mkdirSync, rmdirSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { findExecutable } from "../../host/checks.js";
 
@@ -58,26 +61,59 @@ export async function ip(args: string[], prefix: string[] = []): Promise<void> {
   }
 }
 
+/** Index locks shared by every server process on this host: a directory per index being set up. */
+const LOCKS = process.getuid?.() === 0 ? "/run/locale2b-net" : join(tmpdir(), `locale2b-net-${process.getuid?.()}`);
+/** A lock older than this was left by a process that died mid-setup. */
+const STALE_LOCK_MS = 30_000;
+
+function tryLock(index: number): boolean {
+  const dir = join(LOCKS, String(index));
+  try {
+    mkdirSync(dir);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+  }
+  try {
+    if (Date.now() - statSync(dir).mtimeMs > STALE_LOCK_MS) {
+      rmdirSync(dir);
+      mkdirSync(dir);
+      return true;
+    }
+  } catch {
+    // someone else took or freed it meanwhile
+  }
+  return false;
+}
+
 /**
- * Runs `setUp` with a free /30 index held for it (so concurrent creates do
- * not pick the same one before its device shows in `ip addr`).
+ * Runs `setUp` with a free /30 index held for it, so that concurrent creates
+ * (in this process, or in another server on this host) never pick the same
+ * one before its device shows in `ip addr`.
  */
 export async function withFreeIndex<T>(setUp: (index: number) => Promise<T>): Promise<T> {
-  const used = await usedIndexes();
-  let index = -1;
-  for (let i = 0; i < SLOTS; i++) {
-    if (!used.has(i) && !reserved.has(i)) {
-      index = i;
-      break;
+  mkdirSync(LOCKS, { recursive: true, mode: 0o700 });
+  let used = await usedIndexes();
+  for (let attempt = 0; attempt < 3; attempt++) {
+    for (let i = 0; i < SLOTS; i++) {
+      if (used.has(i) || reserved.has(i) || !tryLock(i)) continue;
+      reserved.add(i);
+      try {
+        // Another process may have finished setting this index up since we looked.
+        if ((await usedIndexes()).has(i)) continue;
+        return await setUp(i);
+      } finally {
+        reserved.delete(i);
+        try {
+          rmdirSync(join(LOCKS, String(i)));
+        } catch {
+          // already gone
+        }
+      }
     }
+    used = await usedIndexes();
   }
-  if (index < 0) throw new Error(`no free address left in ${NET_BASE} for a sandbox network`);
-  reserved.add(index);
-  try {
-    return await setUp(index);
-  } finally {
-    reserved.delete(index);
-  }
+  throw new Error(`no free address left in ${NET_BASE} for a sandbox network`);
 }
 
 /** Removes a network device; one that is already gone is fine. */
