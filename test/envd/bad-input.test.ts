@@ -77,6 +77,30 @@ describe("envd answers bad input with the right code and keeps serving", () => {
     await stillServing();
   });
 
+  it("a NUL byte in a path → invalid_argument on RPCs (unary and streams), 400 on /files", async () => {
+    const nul = JSON.stringify({ path: "/tmp/a\u0000b" });
+    const stat = await rpc("/filesystem.Filesystem/Stat", nul, "application/json");
+    expect(stat.status).toBe(400);
+    expect(JSON.parse(stat.text)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/NUL byte.*remove it/) });
+    const watch = await rpc("/filesystem.Filesystem/WatchDir", envelope(new TextEncoder().encode(nul)), "application/connect+json");
+    expect(watch.status).toBe(200);
+    expect(endStream(watch.raw).error?.code).toBe("invalid_argument");
+    const cwd = JSON.stringify({ process: { cmd: "/bin/true", cwd: "/tmp\u0000" } });
+    const start = await rpc("/process.Process/Start", envelope(new TextEncoder().encode(cwd)), "application/connect+json");
+    expect(endStream(start.raw).error?.code).toBe("invalid_argument");
+
+    const download = await fetch(`${envd.url}/files?path=/tmp/a%00b`);
+    expect(download.status).toBe(400);
+    expect(await download.json()).toMatchObject({ code: 400, message: expect.stringContaining("NUL byte") });
+    const upload = await fetch(`${envd.url}/files?path=/tmp/a%00b`, { method: "POST", headers: { "content-type": "application/octet-stream" }, body: "x" });
+    expect(upload.status).toBe(400);
+    const form = new FormData();
+    form.append("file", new Blob(["x"]), "/tmp/a\u0000b");
+    const multipart = await fetch(`${envd.url}/files`, { method: "POST", body: form });
+    expect(multipart.status).toBe(400);
+    await stillServing();
+  });
+
   it("a stream for an unknown pid ends with not_found in the end-stream (HTTP 200)", async () => {
     const body = envelope(new TextEncoder().encode('{"process":{"pid":999999}}'));
     const r = await rpc("/process.Process/Connect", body, "application/connect+json");
