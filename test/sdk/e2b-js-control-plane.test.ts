@@ -3,7 +3,7 @@
 // E2B_API_KEY: the sandbox lifecycle through the REST API, auth, metrics and
 // isolation. Commands, PTY and files through the envd proxy are in
 // e2b-js-control-plane-envd.test.ts.
-import { AuthenticationError, Sandbox, SandboxNotFoundError, type SandboxInfo, type SandboxListOpts } from "e2b";
+import { AuthenticationError, Sandbox, SandboxNotFoundError, TimeoutError, type SandboxInfo, type SandboxListOpts } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { rejection, setEnv, waitFor } from "../helpers/sdk.js";
@@ -175,6 +175,10 @@ describe("timeout, pause, connect, kill", () => {
     expect(await rejection(Sandbox.getInfo(id))).toBeInstanceOf(SandboxNotFoundError);
     expect(await rejection(Sandbox.connect(id))).toBeInstanceOf(SandboxNotFoundError);
     expect(await rejection(sbx.commands.run("true"))).toBeInstanceOf(SandboxNotFoundError);
+    // The proxy answers as E2B's does, so the SDK's error reads as on E2B.
+    const read = await rejection(sbx.files.read("/etc/hostname"));
+    expect(read).toBeInstanceOf(TimeoutError);
+    expect((read as Error).message).toMatch(/^The sandbox was not found: This error is likely due to sandbox timeout/);
     expect(await listedIds({ query: { metadata: { tag } } })).toEqual(new Set());
   });
 

@@ -53,18 +53,26 @@ export function isConnectPath(url: string | undefined): boolean {
 const CONNECT_CODE: Record<number, string> = { 401: "unauthenticated", 403: "permission_denied", 502: "unavailable", 503: "unavailable" };
 
 /**
+ * The JSON of a proxy-side error. With `sandboxId` it has E2B's proxy shape
+ * (`{"sandboxId":…,"message":…,"code":…}`, as its "sandbox not found" answer).
+ */
+export function proxyErrorBody(code: number | string, message: string, sandboxId?: string): string {
+  return JSON.stringify(sandboxId === undefined ? { code, message } : { sandboxId, message, code });
+}
+
+/**
  * A proxy-side error as JSON. For Connect paths the body is a Connect error
  * (`{"code":"unavailable","message":…}`): the JS client keeps the message
  * (unary) and Python's Connect client needs the string code; for the HTTP
  * endpoints (/files, /health) it is envd's `{"code":<status>,"message":…}`.
  * The HTTP status is the same either way, and the SDKs map it the same way.
  */
-export function sendProxyError(res: ServerResponse, status: number, message: string, connect: boolean): void {
+export function sendProxyError(res: ServerResponse, status: number, message: string, connect: boolean, sandboxId?: string): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
-  const body = Buffer.from(JSON.stringify({ code: connect ? (CONNECT_CODE[status] ?? "unknown") : status, message }));
+  const body = Buffer.from(proxyErrorBody(connect ? (CONNECT_CODE[status] ?? "unknown") : status, message, sandboxId));
   res.writeHead(status, {
     "content-type": "application/json",
     "content-length": String(body.length),

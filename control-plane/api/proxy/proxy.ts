@@ -32,7 +32,11 @@ interface Target {
 }
 
 type Resolved = { sandboxId: string; route: SandboxRoute };
-type Refused = { status: number; message: string };
+/** `sandboxId`: answered in E2B's proxy shape (`{sandboxId, message, code}`). */
+type Refused = { status: number; message: string; sandboxId?: string };
+
+/** E2B's proxy answer for a sandbox it does not know (or no longer runs), word for word. */
+const notFound = (sandboxId: string): Refused => ({ status: 502, message: "The sandbox was not found", sandboxId });
 
 /** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
 function trafficAllowed(req: IncomingMessage, route: SandboxRoute): boolean {
@@ -103,12 +107,12 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     if (!Number.isInteger(t.port) || t.port < 1 || t.port > 65535) {
       return { status: 502, message: `invalid port for sandbox ${sandboxId}: use <port>-<sandboxId>.<domain> with a port from 1 to 65535` };
     }
-    if (!SANDBOX_ID_RE.test(sandboxId)) return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+    if (!SANDBOX_ID_RE.test(sandboxId)) return notFound(sandboxId);
     if (INTERNAL.test(req.url ?? "")) return { status: 403, message: `${req.url?.split("?")[0]} is internal to the control plane` };
     try {
       return { sandboxId, route: await routes.get(sandboxId) };
     } catch (err) {
-      if (err instanceof ControlPlaneError && err.kind === "not_found") return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+      if (err instanceof ControlPlaneError && err.kind === "not_found") return notFound(sandboxId);
       if (err instanceof ControlPlaneError && err.kind === "unavailable") return { status: 502, message: err.message };
       deps.log.error({ err, sandboxId }, "routing to a sandbox failed");
       return { status: 502, message: `routing to sandbox ${sandboxId} failed: ${(err as Error).message}` };
@@ -119,7 +123,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     const connect = isConnectPath(req.url);
     const signed = t.sandboxId === undefined;
     const r = await resolve(req, t);
-    if ("status" in r) return sendProxyError(res, r.status, r.message, connect);
+    if ("status" in r) return sendProxyError(res, r.status, r.message, connect, r.sandboxId);
     const { sandboxId, route } = r;
     if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, route);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
@@ -211,7 +215,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
 
   const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
     const r = await resolve(req, t);
-    if ("status" in r) return refuseUpgrade(socket, r.status, r.message);
+    if ("status" in r) return refuseUpgrade(socket, r.status, r.message, r.sandboxId);
     const { sandboxId, route } = r;
     if (!trafficAllowed(req, route)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
     let upstream: Duplex;

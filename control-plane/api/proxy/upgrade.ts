@@ -1,6 +1,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
+import { proxyErrorBody } from "./http.js";
 
 const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 502: "Bad Gateway" };
 
@@ -10,9 +11,9 @@ const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthor
  * closes the connection: after an Upgrade request there is no
  * ServerResponse, only the socket.
  */
-export function refuseUpgrade(socket: Duplex, status: number, message: string): void {
+export function refuseUpgrade(socket: Duplex, status: number, message: string, sandboxId?: string): void {
   if (socket.destroyed) return;
-  const body = JSON.stringify({ code: status, message });
+  const body = proxyErrorBody(status, message, sandboxId);
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\n` +
       "content-type: application/json\r\n" +
