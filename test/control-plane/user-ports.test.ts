@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv, waitFor } from "../helpers/sdk.js";
 
-// The user's server: /hello, /echo (streams the request body back), /bytes?n=
+// The user's server: /hello, /echo (streams the request body back), /headers (the request's raw headers), /bytes?n=
 // (n pseudo-random bytes, streamed), and a minimal WebSocket echo (RFC 6455
 // handshake, unfragmented frames) on upgrade.
 const SERVER = `
@@ -23,6 +23,10 @@ const server = http.createServer((req, res) => {
   const url = new URL(req.url, "http://x");
   if (url.pathname === "/hello") return res.end("hello from " + os.hostname() + " via " + req.headers.host);
   if (url.pathname === "/echo") return req.pipe(res);
+  if (url.pathname === "/headers") {
+    res.setHeader("X-Server-Case", "kept");
+    return res.end(JSON.stringify(req.rawHeaders));
+  }
   if (url.pathname === "/bytes") {
     let left = Number(url.searchParams.get("n"));
     let seed = 7;
@@ -118,6 +122,22 @@ function upgrade(host: string, headers: Record<string, string>, path = "/chat"):
   });
 }
 
+/** One raw HTTP/1.1 exchange on a fresh connection (Connection: close); resolves with the raw response head and body. */
+function rawRequest(lines: string[]): Promise<{ head: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(new URL(cp.url).port), "127.0.0.1");
+    let seen = Buffer.alloc(0);
+    socket.on("data", (d: Buffer) => (seen = Buffer.concat([seen, d])));
+    socket.on("error", reject);
+    socket.on("close", () => {
+      const text = seen.toString();
+      const end = text.indexOf("\r\n\r\n");
+      resolve({ head: text.slice(0, end), body: text.slice(end + 4) });
+    });
+    socket.write(`${lines.join("\r\n")}\r\nConnection: close\r\n\r\n`);
+  });
+}
+
 function wsHeaders(key: string): Record<string, string> {
   return { upgrade: "websocket", connection: "Upgrade", "sec-websocket-key": key, "sec-websocket-version": "13" };
 }
@@ -206,6 +226,19 @@ describe("user ports on the process runtime (host network)", () => {
     // The same server through the SDK-style routing headers.
     const viaHeaders = await request(new URL(cp.url).host, "/hello", { headers: { "e2b-sandbox-id": sandbox.sandboxId, "e2b-sandbox-port": String(port) } });
     expect(viaHeaders.status).toBe(200);
+  });
+
+  it("forwards header names in the client's case and the server's back, as E2B's proxy does", async () => {
+    const host = sandbox.getHost(port);
+    const r = await rawRequest(["GET /headers HTTP/1.1", `Host: ${host}`, "X-Custom-Case: 1", "x-lower-case: 2", "X-Twice: a", "x-twice: b"]);
+    expect(r.head).toMatch(/^HTTP\/1\.1 200 /);
+    expect(r.head).toContain("\r\nX-Server-Case: kept");
+    const seen = JSON.parse(r.body) as string[];
+    const names = seen.filter((_, i) => i % 2 === 0);
+    expect(names).toEqual(expect.arrayContaining(["Host", "X-Custom-Case", "x-lower-case", "X-Twice", "x-twice"]));
+    expect(seen[seen.indexOf("Host") + 1]).toBe(host);
+    // Connection is hop-by-hop: the client's `close` stays on its hop.
+    expect(seen[seen.indexOf("Connection") + 1]).not.toBe("close");
   });
 
   it("answers 502 for a closed port, and for a host port the sandbox does not own", async () => {

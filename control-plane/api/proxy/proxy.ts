@@ -1,10 +1,10 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { ENVD_PORT } from "../../../envd/version.js";
 import { SANDBOX_ID_RE } from "../../manager/ids.js";
 import { ControlPlaneError } from "../../manager/types.js";
 import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
-import { forwardHeaders, isConnectPath, responseHeaders, sendProxyError } from "./http.js";
+import { endToEndRawHeaders, hasRawHeader, isConnectPath, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
@@ -169,17 +169,15 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   ): void => {
     metrics.streamOpened();
     let closed = false;
-    const upstream = http.request({
-      agent,
-      method: req.method,
-      path: req.url,
-      headers: forwardHeaders(req.headers as IncomingHttpHeaders),
-    });
+    // Header names go on in the client's case (and come back in the server's), as E2B's proxy keeps them.
+    const headers = endToEndRawHeaders(req.rawHeaders);
+    if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
+    const upstream = http.request({ agent, method: req.method, path: req.url, headers });
     upstream.on("response", (upRes) => {
-      const headers = responseHeaders(upRes.headers);
-      res.writeHead(upRes.statusCode ?? 502, headers);
+      const back = endToEndRawHeaders(upRes.rawHeaders);
+      res.writeHead(upRes.statusCode ?? 502, back);
       // Streams (no length) get their headers now, not with the first chunk (which may be a while).
-      if (headers["content-length"] === undefined) res.flushHeaders();
+      if (!hasRawHeader(back, "content-length")) res.flushHeaders();
       upRes.on("data", (chunk: Buffer) => metrics.addProxiedBytes("out", chunk.length));
       // An upstream failure mid-body destroys the client response: the client sees an error, not a hang.
       upRes.on("close", () => {
