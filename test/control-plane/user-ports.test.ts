@@ -46,7 +46,7 @@ const server = http.createServer((req, res) => {
 });
 server.on("upgrade", (req, socket) => {
   const accept = crypto.createHash("sha1").update(req.headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest("base64");
-  socket.write("HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: " + accept + "\\r\\n\\r\\n");
+  socket.write("HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: " + accept + "\\r\\nX-Seen-Host: " + req.headers.host + "\\r\\n\\r\\n");
   let buf = Buffer.alloc(0);
   socket.on("data", (d) => {
     buf = Buffer.concat([buf, d]);
@@ -239,6 +239,42 @@ describe("user ports on the process runtime (host network)", () => {
     expect(seen[seen.indexOf("Host") + 1]).toBe(host);
     // Connection is hop-by-hop: the client's `close` stays on its hop.
     expect(seen[seen.indexOf("Connection") + 1]).not.toBe("close");
+  });
+
+  it("applies network.maskRequestHost: the server sees that Host (${PORT} = its port), the client's in X-Forwarded-Host", async () => {
+    const masked = await Sandbox.create("base", { network: { maskRequestHost: "localhost:${PORT}" } });
+    try {
+      expect((await masked.getInfo()).network?.maskRequestHost).toBe("localhost:${PORT}");
+      const p = await freePort();
+      await masked.files.write("/home/user/server.js", SERVER);
+      await masked.commands.run(`${process.execPath} /home/user/server.js ${p}`, { background: true, timeoutMs: 0 });
+      const host = masked.getHost(p);
+      await waitFor(async () => (await request(host, "/hello")).status === 200, `the masked sandbox's server on ${p}`);
+      expect((await request(host, "/hello")).body.toString()).toBe(`hello from ${masked.sandboxId} via localhost:${p}`);
+      const seen = JSON.parse((await rawRequest(["GET /headers HTTP/1.1", `Host: ${host}`, "X-Forwarded-Host: spoofed"])).body) as string[];
+      expect(seen[seen.indexOf("Host") + 1]).toBe(`localhost:${p}`);
+      const forwarded = seen.flatMap((v, i) => (i % 2 === 0 && v.toLowerCase() === "x-forwarded-host" ? [seen[i + 1]] : []));
+      expect(forwarded).toEqual([host]);
+      // Through the SDK-style routing headers too, and on WebSocket upgrades.
+      const viaHeaders = await request(new URL(cp.url).host, "/hello", { headers: { "e2b-sandbox-id": masked.sandboxId, "e2b-sandbox-port": String(p) } });
+      expect(viaHeaders.body.toString()).toBe(`hello from ${masked.sandboxId} via localhost:${p}`);
+      const ws = await upgrade(host, wsHeaders(randomBytes(16).toString("base64")));
+      ws.socket.destroy();
+      expect(ws.head).toMatch(/^HTTP\/1\.1 101 /);
+      expect(ws.head).toContain(`X-Seen-Host: localhost:${p}`);
+      // envd's own port is never masked: the SDK keeps working.
+      expect((await masked.commands.run("echo envd")).stdout).toBe("envd\n");
+    } finally {
+      await masked.kill();
+    }
+    // Not a host: refused at create, saying what is expected.
+    const bad = await fetch(`${cp.url}/v2/sandboxes`, {
+      method: "POST",
+      headers: { "x-api-key": cp.apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ templateID: "base", network: { maskRequestHost: "evil\r\nX-Injected: 1" } }),
+    });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { message: string }).message).toMatch(/maskRequestHost .* is not a host name.*localhost:\$\{PORT\}/);
   });
 
   it("answers 502 for a closed port, and for a host port the sandbox does not own", async () => {

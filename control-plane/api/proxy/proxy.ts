@@ -9,6 +9,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
 import { forwardH2, H2Upstreams } from "./h2.js";
+import { maskedHost, withMaskedHost } from "./mask-host.js";
 import { RouteCache, type SandboxRoute } from "./routes.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
 
@@ -149,14 +150,18 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   /**
    * A server the user runs in the sandbox (E2B's `getHost(port)`): HTTP/1.1
    * through the guest init's port forwarder. Public, as on E2B, unless the
-   * sandbox was created with allowPublicTraffic: false.
+   * sandbox was created with allowPublicTraffic: false; with the sandbox's
+   * maskRequestHost as Host when it has one.
    */
   const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
     if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
-    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), (err) => `sandbox ${sandboxId}: ${err.message}`);
+    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), {
+      describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
+      host: maskedHost(route.maskRequestHost, port),
+    });
   };
 
   const forward = (
@@ -164,14 +169,21 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     res: ServerResponse,
     sandboxId: string,
     agent: http.Agent,
-    describe: (err: NodeJS.ErrnoException) => string = (err) =>
-      `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`,
+    opts: {
+      /** The 502 message when the upstream fails before answering. */
+      describe?: (err: NodeJS.ErrnoException) => string;
+      /** The Host to send instead of the client's (maskRequestHost). */
+      host?: string;
+    } = {},
   ): void => {
+    const describe =
+      opts.describe ?? ((err) => `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`);
     metrics.streamOpened();
     let closed = false;
     // Header names go on in the client's case (and come back in the server's), as E2B's proxy keeps them.
-    const headers = endToEndRawHeaders(req.rawHeaders);
-    if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
+    let headers = endToEndRawHeaders(req.rawHeaders);
+    if (opts.host !== undefined) headers = withMaskedHost(headers, opts.host);
+    else if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
     const upstream = http.request({ agent, method: req.method, path: req.url, headers });
     upstream.on("response", (upRes) => {
       const back = endToEndRawHeaders(upRes.rawHeaders);
@@ -223,7 +235,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       return refuseUpgrade(socket, 502, `sandbox ${sandboxId}: ${(err as Error).message}`);
     }
     if (socket.destroyed) return void upstream.destroy();
-    tunnelUpgrade(req, socket, head, upstream, metrics);
+    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(route.maskRequestHost, t.port));
   };
 
   return {
