@@ -1,10 +1,10 @@
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { randomBytes } from "node:crypto";
 import { totalmem } from "node:os";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { createLogger } from "../envd/log.js";
+import { connectAdapter } from "../envd/server/connect-adapter.js";
 import { applyCors } from "../envd/server/cors.js";
 import { HybridServer } from "../envd/server/hybrid.js";
 import { listenerFor, parseListen } from "../envd/server/listen.js";
@@ -120,7 +120,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
 
   const proxy = createEnvdProxy(deps);
   const rest = createRestApi(deps);
-  const rpc = connectNodeAdapter({
+  const rpc = connectAdapter({
     jsonOptions: { ignoreUnknownFields: true },
     routes(router) {
       registerSandboxService(router, deps);

@@ -6,20 +6,24 @@ import type { EntryInfo } from "../../gen/ts/filesystem/filesystem_pb.js";
 import type { User, UserDb } from "../users.js";
 import { buildEntry } from "./entry.js";
 import { errnoOf, internal } from "./errors.js";
+import { shown } from "./raw-names.js";
 
 /** How many entries of one directory are described concurrently. */
 const ENTRY_CONCURRENCY = 32;
 
-/** Go's lexical order: bytewise on the UTF-8 names. */
-function byteOrder(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+const SLASH = Buffer.from("/");
+
+/** `dir/name` of raw (Buffer) names. */
+function child(dir: Buffer, name: Buffer): Buffer {
+  return dir.length > 0 && dir[dir.length - 1] === SLASH[0] ? Buffer.concat([dir, name]) : Buffer.concat([dir, SLASH, name]);
 }
 
 /**
  * ListDir: the entries under `requested` down to `depth` levels (0 means 1),
  * in lexical depth-first order, not following symlinks inside the tree. A
  * symlink to a directory may be listed; paths are reported under the
- * requested path, not the resolved one.
+ * requested path, not the resolved one. Names that are not valid UTF-8 are
+ * listed too (with U+FFFD), as E2B's envd does: nothing hides from a client.
  */
 export async function listDir(users: UserDb, requested: string, depth: number): Promise<EntryInfo[]> {
   const maxDepth = depth === 0 ? 1 : depth;
@@ -48,36 +52,37 @@ export async function listDir(users: UserDb, requested: string, depth: number): 
   if (!st.isDirectory()) throw new ConnectError(`path is not a directory: ${requested}`, Code.InvalidArgument);
 
   const out: EntryInfo[] = [];
-  await walk(users, resolved, requested, 1, maxDepth, out);
+  await walk(users, Buffer.from(resolved), requested, 1, maxDepth, out);
   return out;
 }
 
-async function walk(users: UserDb, dir: string, reportDir: string, level: number, maxDepth: number, out: EntryInfo[]): Promise<void> {
-  let dirents: Dirent[];
+async function walk(users: UserDb, dir: Buffer, reportDir: string, level: number, maxDepth: number, out: EntryInfo[]): Promise<void> {
+  let dirents: Dirent<Buffer>[];
   try {
-    dirents = await readdir(dir, { withFileTypes: true });
+    dirents = await readdir(dir, { withFileTypes: true, encoding: "buffer" });
   } catch (err) {
     // A directory that vanished (or was replaced by a file) mid-walk is skipped.
     if (level > 1 && (errnoOf(err) === "ENOENT" || errnoOf(err) === "ENOTDIR")) return;
     throw internal(`error reading directory ${reportDir}`, err);
   }
-  dirents.sort((a, b) => byteOrder(a.name, b.name));
+  // Go's lexical order: bytewise on the names.
+  dirents.sort((a, b) => Buffer.compare(a.name, b.name));
   for (let i = 0; i < dirents.length; i += ENTRY_CONCURRENCY) {
     const chunk = dirents.slice(i, i + ENTRY_CONCURRENCY);
-    const entries = await Promise.all(chunk.map((d) => describeChild(users, join(dir, d.name), join(reportDir, d.name))));
+    const entries = await Promise.all(chunk.map((d) => describeChild(users, child(dir, d.name), join(reportDir, shown(d.name)))));
     for (let j = 0; j < chunk.length; j++) {
       const entry = entries[j];
       if (!entry) continue; // vanished mid-walk
       out.push(entry);
       // Only real directories are descended into (symlinks are not followed).
       if (chunk[j]!.isDirectory() && level < maxDepth) {
-        await walk(users, join(dir, chunk[j]!.name), join(reportDir, chunk[j]!.name), level + 1, maxDepth, out);
+        await walk(users, child(dir, chunk[j]!.name), join(reportDir, shown(chunk[j]!.name)), level + 1, maxDepth, out);
       }
     }
   }
 }
 
-async function describeChild(users: UserDb, path: string, reportPath: string): Promise<EntryInfo | undefined> {
+async function describeChild(users: UserDb, path: Buffer, reportPath: string): Promise<EntryInfo | undefined> {
   try {
     return await buildEntry(users, path, { reportPath });
   } catch (err) {

@@ -5,6 +5,7 @@ import { lstat, realpath, stat } from "node:fs/promises";
 import { basename } from "node:path";
 import { EntryInfoSchema, FileType, type EntryInfo } from "../../gen/ts/filesystem/filesystem_pb.js";
 import type { UserDb } from "../users.js";
+import { shown, utf8Path } from "./raw-names.js";
 import { readMetadata } from "./xattr.js";
 
 const { S_IFMT, S_IFREG, S_IFDIR, S_IFLNK, S_IFBLK, S_IFCHR, S_IFIFO, S_IFSOCK } = constants;
@@ -63,7 +64,10 @@ export function timestampFromNs(ns: bigint): Timestamp {
 }
 
 export interface EntryOptions {
-  /** Path reported in `path` (ListDir reports paths under the requested, unresolved directory). */
+  /**
+   * Path reported in `path` (ListDir reports paths under the requested,
+   * unresolved directory; a Buffer path is reported as its UTF-8 text).
+   */
   reportPath?: string;
   /** An lstat of `path` already at hand. */
   lstat?: BigIntStats;
@@ -74,22 +78,26 @@ export interface EntryOptions {
  * permissions and mtime; for a symlink `symlinkTarget` is the fully resolved
  * target and type/mode are the target's (a dangling or cyclic link keeps its
  * own path as target and has type UNSPECIFIED, mode 0). Throws the lstat error
- * (ENOENT, …) for the caller to map.
+ * (ENOENT, …) for the caller to map. `path` may be a Buffer (a name that is
+ * not UTF-8); names and targets are then reported with U+FFFD.
  */
-export async function buildEntry(users: UserDb, path: string, opts: EntryOptions = {}): Promise<EntryInfo> {
+export async function buildEntry(users: UserDb, path: string | Buffer, opts: EntryOptions = {}): Promise<EntryInfo> {
   const st = opts.lstat ?? (await lstat(path, { bigint: true }));
   const rawMode = Number(st.mode);
   let type = fileTypeOf(rawMode);
   let mode = rawMode & 0o777;
   let symlinkTarget: string | undefined;
   if ((rawMode & S_IFMT) === S_IFLNK) {
-    symlinkTarget = await realpath(path).catch(() => path);
-    const target = await stat(symlinkTarget).catch(() => undefined);
+    const resolved = await realpath(path, { encoding: "buffer" }).catch(() => undefined);
+    symlinkTarget = shown(resolved ?? path);
+    const target = await stat(resolved ?? path).catch(() => undefined);
     type = target ? fileTypeOf(target.mode) : FileType.UNSPECIFIED;
     mode = target ? target.mode & 0o777 : 0;
   }
-  const metadata = await readMetadata(path).catch(() => ({}));
-  const reportPath = opts.reportPath ?? path;
+  // The xattr library takes string paths only: a name that is not UTF-8 has no metadata to show.
+  const textPath = typeof path === "string" ? path : utf8Path(path);
+  const metadata = textPath === undefined ? {} : await readMetadata(textPath).catch(() => ({}));
+  const reportPath = opts.reportPath ?? shown(path);
   return create(EntryInfoSchema, {
     name: basename(reportPath) || reportPath,
     type,

@@ -18,7 +18,7 @@ export interface Snap {
 /** A snapshot, null when the path is gone, "error" when it cannot be told. */
 export type Stat = Snap | null | "error";
 
-export async function snapshot(path: string): Promise<Stat> {
+export async function snapshot(path: string | Buffer): Promise<Stat> {
   try {
     const st = await lstat(path, { bigint: true });
     return {

@@ -3,6 +3,7 @@ import { readdir } from "node:fs/promises";
 import { basename, dirname, join, relative } from "node:path";
 import { EventType } from "../../gen/ts/filesystem/filesystem_pb.js";
 import { errnoOf } from "./errors.js";
+import { byteString, fsPath, shown } from "./raw-names.js";
 import { mapLimit, snapshot, watchError, type Snap } from "./snapshot.js";
 
 /**
@@ -12,9 +13,13 @@ import { mapLimit, snapshot, watchError, type Snap } from "./snapshot.js";
  */
 const FLUSH_MS = 5;
 
-/** One classified change: `path` absolute, `name` relative to the watched root. */
+/**
+ * One classified change: `path` absolute (UTF-8, U+FFFD for bytes that are
+ * not), `fsPath` the real path for fs calls, `name` relative to the watched root.
+ */
 export interface TreeEvent {
   path: string;
+  fsPath: Buffer;
   name: string;
   type: EventType;
 }
@@ -49,7 +54,8 @@ export interface TreeWatcherOptions {
  * inotify-like events for a directory (and, when recursive, its subtree)
  * built on `fs.watch`: one non-recursive watch per directory plus a stat
  * cache per directory to tell creates, writes, chmods, removes and renames
- * apart, since `fs.watch` only says "rename" or "change".
+ * apart, since `fs.watch` only says "rename" or "change". Paths are byte
+ * strings inside (raw-names.ts), so names that are not UTF-8 are watched too.
  */
 /** How long a name seen appearing (but already gone) waits for the notification of its going. */
 const GHOST_MS = 2_000;
@@ -71,7 +77,7 @@ export class TreeWatcher {
 
   constructor(opts: TreeWatcherOptions) {
     const root = opts.root.length > 1 ? opts.root.replace(/\/+$/, "") || "/" : opts.root;
-    this.opts = { ...opts, root };
+    this.opts = { ...opts, root: byteString(root) };
   }
 
   /** Watches the root (and subtree); throws if the root cannot be watched. */
@@ -95,46 +101,50 @@ export class TreeWatcher {
   }
 
   private rel(path: string): string {
-    return relative(this.opts.root, path);
+    return shown(relative(this.opts.root, path));
+  }
+
+  private event(path: string, type: EventType): TreeEvent {
+    return { path: shown(path), fsPath: fsPath(path), name: this.rel(path), type };
   }
 
   /** Watches `path` and records its entries; with `out`, they are reported as created. */
   private async addDir(path: string, out: TreeEvent[] | undefined): Promise<void> {
     if (this.closed || this.nodes.has(path)) return;
-    const self = await snapshot(path);
+    const self = await snapshot(fsPath(path));
     const isRoot = path === this.opts.root;
     if (!self || self === "error" || !self.dir) {
-      if (isRoot) throw Object.assign(new Error(`cannot watch ${path}: not a directory`), { code: "ENOTDIR" });
+      if (isRoot) throw Object.assign(new Error(`cannot watch ${shown(path)}: not a directory`), { code: "ENOTDIR" });
       return;
     }
     const key = `${self.dev}:${self.ino}`;
     if (this.isOwnAncestor(path, key)) return; // a bind mount of a parent inside itself
     let handle: FSWatcher;
     try {
-      handle = watch(path, { persistent: false }, (type, filename) => this.onRaw(path, type, filename));
+      handle = watch(fsPath(path), { persistent: false, encoding: "latin1" }, (type, filename) => this.onRaw(path, type, filename));
     } catch (err) {
       const code = errnoOf(err);
       if (!isRoot && (code === "ENOENT" || code === "ENOTDIR")) return;
-      throw watchError(path, err);
+      throw watchError(shown(path), err);
     }
     handle.on("error", (err) => this.onHandleError(path, err));
     const node: DirNode = { path, handle, key, ino: self.ino, entries: new Map() };
     this.nodes.set(path, node);
     let names: string[];
     try {
-      names = await readdir(path);
+      names = await readdir(fsPath(path), { encoding: "latin1" });
     } catch (err) {
       if (isRoot) throw err;
       this.closeSubtree(path);
       return;
     }
-    const snaps = await mapLimit(names, (n) => snapshot(join(path, n)));
+    const snaps = await mapLimit(names, (n) => snapshot(fsPath(join(path, n))));
     for (let i = 0; i < names.length; i++) {
       const snap = snaps[i];
       if (!snap || snap === "error" || this.closed || node.entries.has(names[i]!)) continue;
       const child = join(path, names[i]!);
       node.entries.set(names[i]!, snap);
-      out?.push({ path: child, name: this.rel(child), type: EventType.CREATE });
+      out?.push(this.event(child, EventType.CREATE));
       if (snap.dir && this.opts.recursive) await this.addDir(child, out);
     }
   }
@@ -159,7 +169,7 @@ export class TreeWatcher {
   private onHandleError(path: string, err: Error): void {
     if (this.closed) return;
     if (path === this.opts.root) {
-      this.fail(watchError(path, err));
+      this.fail(watchError(shown(path), err));
     } else {
       this.closeSubtree(path);
     }
@@ -221,16 +231,16 @@ export class TreeWatcher {
       }
       const node = this.nodes.get(p.dir);
       if (!node) continue;
-      const names = new Set([...node.entries.keys(), ...(await readdir(p.dir).catch(() => []))]);
+      const names = new Set([...node.entries.keys(), ...(await readdir(fsPath(p.dir), { encoding: "latin1" }).catch(() => []))]);
       for (const name of names) items.push({ dir: p.dir, name, renames: 1, changes: 0, rescan: true });
     }
-    const snaps = await mapLimit(items, (it) => snapshot(join(it.dir, it.name)));
+    const snaps = await mapLimit(items, (it) => snapshot(fsPath(join(it.dir, it.name))));
     // The kernel names events about a watched directory itself (deleted,
     // moved away) after that directory: those only end its watch.
     const selfGone = new Set<string>();
     for (const dir of new Set(items.filter((it) => it.name === basename(it.dir)).map((it) => it.dir))) {
       const node = this.nodes.get(dir);
-      const self = await snapshot(dir);
+      const self = await snapshot(fsPath(dir));
       if (node && self !== "error" && (!self || `${self.dev}:${self.ino}` !== node.key)) selfGone.add(dir);
     }
 
@@ -267,7 +277,7 @@ export class TreeWatcher {
     };
 
     const out: TreeEvent[] = [];
-    const emit = (path: string, type: EventType) => out.push({ path, name: this.rel(path), type });
+    const emit = (path: string, type: EventType) => out.push(this.event(path, type));
     // Watches of vanished directories end after the burst, so that the
     // removals of their entries reported in the same burst are still seen.
     const gone: [string, string][] = [...selfGone].map((dir) => [dir, this.nodes.get(dir)!.key]);

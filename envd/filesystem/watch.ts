@@ -54,7 +54,7 @@ export async function toFilesystemEvents(users: UserDb, events: TreeEvent[], inc
   for (const ev of events) {
     const msg = create(FilesystemEventSchema, { name: ev.name, type: ev.type });
     if (includeEntry && WITH_ENTRY.has(ev.type)) {
-      msg.entry = await buildEntry(users, ev.path).catch(() => undefined);
+      msg.entry = await buildEntry(users, ev.fsPath, { reportPath: ev.path }).catch(() => undefined);
     }
     out.push(msg);
   }

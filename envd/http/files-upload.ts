@@ -1,7 +1,7 @@
 import busboy from "busboy";
 import type { IncomingMessage } from "node:http";
 import { basename } from "node:path";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { createGunzip } from "node:zlib";
 import type { EnvdContext } from "../context.js";
@@ -12,6 +12,9 @@ import { sendJson } from "./json.js";
 import { metadataFromHeaders } from "./metadata.js";
 import { authorizeFiles } from "./signature.js";
 import { StagedFile } from "./staged-file.js";
+
+/** The largest `file` part without a filename (busboy holds those in memory). */
+const FIELD_FILE_LIMIT = 16 * 1024 * 1024;
 
 interface UploadedEntry {
   path: string;
@@ -87,7 +90,7 @@ async function receiveMultipart(
 ): Promise<void> {
   let parser: busboy.Busboy;
   try {
-    parser = busboy({ headers: req.headers, preservePath: true, defParamCharset: "utf8" });
+    parser = busboy({ headers: req.headers, preservePath: true, defParamCharset: "utf8", limits: { fieldSize: FIELD_FILE_LIMIT } });
   } catch (err) {
     throw new HttpError(400, `error parsing multipart form: ${(err as Error).message}`);
   }
@@ -99,16 +102,11 @@ async function receiveMultipart(
     parser.destroy(err instanceof Error ? err : new Error(String(err)));
   };
 
-  parser.on("file", (name, stream, info) => {
-    // busboy destroys the part in flight with the parser's error; that error is handled via the parser.
-    stream.on("error", () => undefined);
-    if (name !== "file" || failure !== undefined) {
-      stream.resume();
-      return;
-    }
+  /** Starts writing one part named `file` to its destination; `filename` undefined for a part without one. */
+  const receive = (stream: Readable, filename: string | undefined) => {
     let dest: string;
     try {
-      dest = fixedDest ?? destinationFromFilename(ctx, info.filename, user);
+      dest = fixedDest ?? destinationFromFilename(ctx, filename, user);
       if (seen.has(dest)) throw new HttpError(400, `path '${dest}' is given for more than one file part`);
     } catch (err) {
       stream.resume();
@@ -132,6 +130,33 @@ async function receiveMultipart(
         fail(err);
       }),
     );
+  };
+
+  parser.on("file", (name, stream, info) => {
+    // busboy destroys the part in flight with the parser's error; that error is handled via the parser.
+    stream.on("error", () => undefined);
+    if (name !== "file" || failure !== undefined) {
+      stream.resume();
+      return;
+    }
+    receive(stream, info.filename);
+  });
+
+  // `form.append("file", "text")`, as E2B's SDK tests post to uploadUrl(): a part without a filename
+  // is a "field" to busboy, held in memory and decoded as text (FormData sends strings as UTF-8;
+  // binary content comes as a Blob, which has a filename).
+  parser.on("field", (name, value, info) => {
+    if (name !== "file" || failure !== undefined) return;
+    if (info.valueTruncated) {
+      fail(
+        new HttpError(
+          413,
+          `a 'file' part without a filename is held in memory and may be at most ${FIELD_FILE_LIMIT} bytes: give the part a filename (or upload as application/octet-stream) to stream it`,
+        ),
+      );
+      return;
+    }
+    receive(Readable.from([Buffer.from(value, "utf8")]), undefined);
   });
 
   try {
@@ -152,7 +177,10 @@ async function receiveMultipart(
 
 function destinationFromFilename(ctx: EnvdContext, filename: string | undefined, user: User): string {
   if (!filename) {
-    throw new HttpError(400, "a file part has no filename and no 'path' query parameter was given");
+    throw new HttpError(
+      400,
+      "a 'file' part has no filename and no 'path' query parameter was given: add ?path=<destination> (uploadUrl(path) does) or give the part a filename",
+    );
   }
   return resolveRequestPath(ctx, filename, user);
 }

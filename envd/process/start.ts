@@ -37,6 +37,17 @@ function credentials(user: User): { uid?: number; gid?: number } {
   return {};
 }
 
+/** A NUL byte cannot be passed to execve: refuse it up front, naming the field. */
+function checkNoNul(config: { cmd: string; args: string[]; envs: Record<string, string> }): void {
+  const fields: [string, string][] = [["process.cmd", config.cmd], ...config.args.map((a, i): [string, string] => [`process.args[${i}]`, a])];
+  for (const [k, v] of Object.entries(config.envs)) fields.push([`process.envs key ${JSON.stringify(k)}`, k], [`process.envs[${JSON.stringify(k)}]`, v]);
+  for (const [field, value] of fields) {
+    if (value.includes("\0")) {
+      throw new ConnectError(`${field} contains a NUL byte, which no command, argument or variable can hold: remove it`, Code.InvalidArgument);
+    }
+  }
+}
+
 function resolveCwd(ctx: EnvdContext, user: User, cwd: string | undefined): string {
   const dir = resolvePath(cwd ?? "", user, ctx.state.defaultWorkdir);
   let isDir = false;
@@ -57,6 +68,7 @@ export async function* start(
 ): AsyncGenerator<MessageInitShape<typeof StartResponseSchema>> {
   const config = req.process;
   if (!config || !config.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
+  checkNoNul(config);
   const user = requestUser(ctx, hctx);
   const cwd = resolveCwd(ctx, user, config.cwd);
   const pty = req.pty?.size ? { cols: req.pty.size.cols, rows: req.pty.size.rows } : undefined;

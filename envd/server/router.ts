@@ -1,5 +1,4 @@
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Filesystem } from "../../gen/ts/filesystem/filesystem_pb.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
@@ -10,6 +9,7 @@ import { createFilesystemService } from "../filesystem/service.js";
 import { createHttpRoutes } from "../http/routes.js";
 import { sendError } from "../http/json.js";
 import { createProcessService } from "../process/service.js";
+import { connectAdapter } from "./connect-adapter.js";
 import { applyCors } from "./cors.js";
 import { registerReflection } from "./reflection.js";
 
@@ -42,7 +42,7 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
   const processes = createProcessService(ctx);
   const filesystem = createFilesystemService(ctx);
   const http = createHttpRoutes(ctx);
-  const rpc = connectNodeAdapter({
+  const rpc = connectAdapter({
     readMaxBytes: READ_MAX_BYTES,
     // Compressed requests are accepted, but responses are never compressed:
     // process output is mostly incompressible or tiny, and gzip doubled envd's

@@ -133,6 +133,26 @@ describe.each<Protocol>(["connect-json", "grpc"])("lifecycle over %s", (protocol
   });
 });
 
+describe("malformed requests", () => {
+  const post = (path: string, body: Uint8Array | string, type: string) =>
+    fetch(cp.url + path, { method: "POST", headers: { "content-type": type, "x-api-key": cp.apiKey }, body });
+
+  it("malformed protobuf → invalid_argument (400), as connect-go answers; a wrong method → 405 with Allow", async () => {
+    const res = await post("/locale2b.controlplane.v1.SandboxService/GetSandbox", new Uint8Array([0x0a, 0xff, 0xff]), "application/proto");
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: expect.stringContaining("GetSandboxRequest") });
+    const get = await fetch(`${cp.url}/locale2b.controlplane.v1.SandboxService/GetSandbox`, { headers: { "x-api-key": cp.apiKey } });
+    expect(get.status).toBe(405);
+    expect(get.headers.get("allow")).toBe("POST");
+  });
+
+  it("a NUL byte in an id is refused or not found, never internal", async () => {
+    const api = apiClient(cp.url, "connect-json", { "x-api-key": cp.apiKey });
+    expect((await rejection(api.createSandbox({ templateId: "base\u0000x" }))).code).toBeOneOf([Code.InvalidArgument, Code.NotFound]);
+    expect((await rejection(api.getSandbox({ sandboxId: "a\u0000b" }))).code).toBeOneOf([Code.InvalidArgument, Code.NotFound]);
+  });
+});
+
 describe("WatchSandboxEvents", () => {
   let api: SandboxClient;
   beforeAll(() => {

@@ -231,16 +231,20 @@ describe("envd proxy", () => {
     const ghost = { sandboxID: "ighostsandbox0000000", envdAccessToken: "x" };
     const health = await raw("GET", "/health", { "e2b-sandbox-id": ghost.sandboxID });
     expect(health.status).toBe(502);
-    expect(JSON.parse(health.body.toString())).toEqual({ code: 502, message: `The sandbox ${ghost.sandboxID} was not found` });
+    // E2B's proxy answer, word for word and in its field order.
+    expect(health.body.toString()).toBe(`{"sandboxId":"${ghost.sandboxID}","message":"The sandbox was not found","code":502}`);
+    const userPort = await raw("GET", "/", { host: `8080-${ghost.sandboxID}.localhost:${port()}` });
+    expect(userPort.status).toBe(502);
+    expect(JSON.parse(userPort.body.toString())).toEqual({ sandboxId: ghost.sandboxID, message: "The sandbox was not found", code: 502 });
     const unary = await codeOf(clientsFor(ghost).fs.stat({ path: "/" }));
-    expect(unary).toMatchObject({ code: Code.Unavailable, message: expect.stringContaining("not found") });
+    expect(unary).toEqual({ code: Code.Unavailable, message: "The sandbox was not found" });
     expect((await codeOf(run(clientsFor(ghost).process, "true")))?.code).toBe(Code.Unavailable);
     expect((await raw("GET", "/health", { "e2b-sandbox-id": "Not-An-Id!" })).status).toBe(502);
 
-    const userPort = await raw("GET", "/", { ...envdHeaders(a), "e2b-sandbox-port": "8080" });
-    expect(userPort.status).toBe(502);
+    const closedPort = await raw("GET", "/", { ...envdHeaders(a), "e2b-sandbox-port": "8080" });
+    expect(closedPort.status).toBe(502);
     // Nothing listens there (user-ports.test.ts has a server that does).
-    expect(JSON.parse(userPort.body.toString()).message).toMatch(/port 8080 in the sandbox: (connection refused|the process listening there is not in this sandbox)/);
+    expect(JSON.parse(closedPort.body.toString()).message).toMatch(/port 8080 in the sandbox: (connection refused|the process listening there is not in this sandbox)/);
     expect((await codeOf(clientsFor(a, { port: "3000" }).fs.stat({ path: "/" })))?.code).toBe(Code.Unavailable);
 
     const init = await raw("POST", "/init", { ...envdHeaders(a), "content-type": "application/json" }, Buffer.from("{}"));

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv, waitFor } from "../helpers/sdk.js";
 
-// The user's server: /hello, /echo (streams the request body back), /bytes?n=
+// The user's server: /hello, /echo (streams the request body back), /headers (the request's raw headers), /bytes?n=
 // (n pseudo-random bytes, streamed), and a minimal WebSocket echo (RFC 6455
 // handshake, unfragmented frames) on upgrade.
 const SERVER = `
@@ -23,6 +23,10 @@ const server = http.createServer((req, res) => {
   const url = new URL(req.url, "http://x");
   if (url.pathname === "/hello") return res.end("hello from " + os.hostname() + " via " + req.headers.host);
   if (url.pathname === "/echo") return req.pipe(res);
+  if (url.pathname === "/headers") {
+    res.setHeader("X-Server-Case", "kept");
+    return res.end(JSON.stringify(req.rawHeaders));
+  }
   if (url.pathname === "/bytes") {
     let left = Number(url.searchParams.get("n"));
     let seed = 7;
@@ -42,7 +46,7 @@ const server = http.createServer((req, res) => {
 });
 server.on("upgrade", (req, socket) => {
   const accept = crypto.createHash("sha1").update(req.headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest("base64");
-  socket.write("HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: " + accept + "\\r\\n\\r\\n");
+  socket.write("HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: " + accept + "\\r\\nX-Seen-Host: " + req.headers.host + "\\r\\n\\r\\n");
   let buf = Buffer.alloc(0);
   socket.on("data", (d) => {
     buf = Buffer.concat([buf, d]);
@@ -115,6 +119,22 @@ function upgrade(host: string, headers: Record<string, string>, path = "/chat"):
     socket.on("close", () => reject(new Error(`closed before a response head: ${seen.toString()}`)));
     const lines = Object.entries({ host, ...headers }).map(([k, v]) => `${k}: ${v}\r\n`);
     socket.write(`GET ${path} HTTP/1.1\r\n${lines.join("")}\r\n`);
+  });
+}
+
+/** One raw HTTP/1.1 exchange on a fresh connection (Connection: close); resolves with the raw response head and body. */
+function rawRequest(lines: string[]): Promise<{ head: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(new URL(cp.url).port), "127.0.0.1");
+    let seen = Buffer.alloc(0);
+    socket.on("data", (d: Buffer) => (seen = Buffer.concat([seen, d])));
+    socket.on("error", reject);
+    socket.on("close", () => {
+      const text = seen.toString();
+      const end = text.indexOf("\r\n\r\n");
+      resolve({ head: text.slice(0, end), body: text.slice(end + 4) });
+    });
+    socket.write(`${lines.join("\r\n")}\r\nConnection: close\r\n\r\n`);
   });
 }
 
@@ -206,6 +226,55 @@ describe("user ports on the process runtime (host network)", () => {
     // The same server through the SDK-style routing headers.
     const viaHeaders = await request(new URL(cp.url).host, "/hello", { headers: { "e2b-sandbox-id": sandbox.sandboxId, "e2b-sandbox-port": String(port) } });
     expect(viaHeaders.status).toBe(200);
+  });
+
+  it("forwards header names in the client's case and the server's back, as E2B's proxy does", async () => {
+    const host = sandbox.getHost(port);
+    const r = await rawRequest(["GET /headers HTTP/1.1", `Host: ${host}`, "X-Custom-Case: 1", "x-lower-case: 2", "X-Twice: a", "x-twice: b"]);
+    expect(r.head).toMatch(/^HTTP\/1\.1 200 /);
+    expect(r.head).toContain("\r\nX-Server-Case: kept");
+    const seen = JSON.parse(r.body) as string[];
+    const names = seen.filter((_, i) => i % 2 === 0);
+    expect(names).toEqual(expect.arrayContaining(["Host", "X-Custom-Case", "x-lower-case", "X-Twice", "x-twice"]));
+    expect(seen[seen.indexOf("Host") + 1]).toBe(host);
+    // Connection is hop-by-hop: the client's `close` stays on its hop.
+    expect(seen[seen.indexOf("Connection") + 1]).not.toBe("close");
+  });
+
+  it("applies network.maskRequestHost: the server sees that Host (${PORT} = its port), the client's in X-Forwarded-Host", async () => {
+    const masked = await Sandbox.create("base", { network: { maskRequestHost: "localhost:${PORT}" } });
+    try {
+      expect((await masked.getInfo()).network?.maskRequestHost).toBe("localhost:${PORT}");
+      const p = await freePort();
+      await masked.files.write("/home/user/server.js", SERVER);
+      await masked.commands.run(`${process.execPath} /home/user/server.js ${p}`, { background: true, timeoutMs: 0 });
+      const host = masked.getHost(p);
+      await waitFor(async () => (await request(host, "/hello")).status === 200, `the masked sandbox's server on ${p}`);
+      expect((await request(host, "/hello")).body.toString()).toBe(`hello from ${masked.sandboxId} via localhost:${p}`);
+      const seen = JSON.parse((await rawRequest(["GET /headers HTTP/1.1", `Host: ${host}`, "X-Forwarded-Host: spoofed"])).body) as string[];
+      expect(seen[seen.indexOf("Host") + 1]).toBe(`localhost:${p}`);
+      const forwarded = seen.flatMap((v, i) => (i % 2 === 0 && v.toLowerCase() === "x-forwarded-host" ? [seen[i + 1]] : []));
+      expect(forwarded).toEqual([host]);
+      // Through the SDK-style routing headers too, and on WebSocket upgrades.
+      const viaHeaders = await request(new URL(cp.url).host, "/hello", { headers: { "e2b-sandbox-id": masked.sandboxId, "e2b-sandbox-port": String(p) } });
+      expect(viaHeaders.body.toString()).toBe(`hello from ${masked.sandboxId} via localhost:${p}`);
+      const ws = await upgrade(host, wsHeaders(randomBytes(16).toString("base64")));
+      ws.socket.destroy();
+      expect(ws.head).toMatch(/^HTTP\/1\.1 101 /);
+      expect(ws.head).toContain(`X-Seen-Host: localhost:${p}`);
+      // envd's own port is never masked: the SDK keeps working.
+      expect((await masked.commands.run("echo envd")).stdout).toBe("envd\n");
+    } finally {
+      await masked.kill();
+    }
+    // Not a host: refused at create, saying what is expected.
+    const bad = await fetch(`${cp.url}/v2/sandboxes`, {
+      method: "POST",
+      headers: { "x-api-key": cp.apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ templateID: "base", network: { maskRequestHost: "evil\r\nX-Injected: 1" } }),
+    });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { message: string }).message).toMatch(/maskRequestHost .* is not a host name.*localhost:\$\{PORT\}/);
   });
 
   it("answers 502 for a closed port, and for a host port the sandbox does not own", async () => {

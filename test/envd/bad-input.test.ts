@@ -1,4 +1,5 @@
 import http from "node:http";
+import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
 
@@ -17,7 +18,41 @@ async function rpc(path: string, body: Uint8Array | string, contentType: string,
     body,
   });
   const raw = new Uint8Array(await res.arrayBuffer());
-  return { status: res.status, type: res.headers.get("content-type"), raw, text: new TextDecoder().decode(raw) };
+  return { status: res.status, type: res.headers.get("content-type"), headers: res.headers, raw, text: new TextDecoder().decode(raw) };
+}
+
+/** A gRPC call over h2c with a raw body; resolves with the trailers. */
+function grpcCall(path: string, body: Uint8Array): Promise<{ trailers: http2.IncomingHttpHeaders }> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(envd.url);
+    session.on("error", reject);
+    const req = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc+proto", te: "trailers" });
+    let trailers: http2.IncomingHttpHeaders = {};
+    req.on("trailers", (t) => (trailers = t));
+    req.on("response", (h) => {
+      // A trailers-only answer carries the status in the headers.
+      if (h["grpc-status"] !== undefined) trailers = h;
+    });
+    req.on("data", () => undefined);
+    req.on("end", () => {
+      session.close();
+      resolve({ trailers });
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/** The payload of the last envelope of a gRPC-web or Connect streaming body. */
+function lastFrame(raw: Uint8Array): Uint8Array {
+  let off = 0;
+  let last: Uint8Array = new Uint8Array();
+  while (off + 5 <= raw.length) {
+    const len = new DataView(raw.buffer, raw.byteOffset + off + 1, 4).getUint32(0);
+    last = raw.subarray(off + 5, off + 5 + len);
+    off += 5 + len;
+  }
+  return last;
 }
 
 /** A Connect streaming envelope: flags, 4-byte big-endian length, payload. */
@@ -58,13 +93,38 @@ describe("envd answers bad input with the right code and keeps serving", () => {
     await stillServing();
   });
 
-  it("malformed protobuf on a unary RPC → a Connect error naming the parse failure", async () => {
-    // connect-es reports binary parse failures as `internal` (connect-go says
-    // invalid_argument); the message names the problem either way.
-    const r = await rpc("/filesystem.Filesystem/Stat", new Uint8Array([0x0a, 0xff, 0xff, 0xff]), "application/proto");
-    expect(r.status).toBe(500);
-    expect(JSON.parse(r.text)).toMatchObject({ code: "internal", message: expect.stringMatching(/^parse binary: /) });
+  it("malformed protobuf → invalid_argument, as connect-go answers, in every protocol", async () => {
+    const bad = new Uint8Array([0x0a, 0xff, 0xff, 0xff]);
+    const hint = /^parse binary: .*not a valid filesystem\.StatRequest in the protobuf binary format; send a well-formed message$/;
+    const unary = await rpc("/filesystem.Filesystem/Stat", bad, "application/proto");
+    expect(unary.status).toBe(400);
+    expect(JSON.parse(unary.text)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(hint) });
+    const stream = await rpc("/filesystem.Filesystem/WatchDir", envelope(bad), "application/connect+proto");
+    expect(stream.status).toBe(200);
+    expect(endStream(stream.raw).error).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/WatchDirRequest/) });
+
+    const web = await rpc("/filesystem.Filesystem/Stat", envelope(bad), "application/grpc-web+proto");
+    expect(web.status).toBe(200);
+    const trailer = new TextDecoder().decode(lastFrame(web.raw));
+    expect(trailer).toMatch(/grpc-status: 3\r\n/);
+    expect(decodeURIComponent(/grpc-message: (\S+)/.exec(trailer)![1]!)).toMatch(hint);
+
+    const grpc = await grpcCall("/filesystem.Filesystem/Stat", envelope(bad));
+    expect(grpc.trailers["grpc-status"]).toBe("3");
+    expect(decodeURIComponent(String(grpc.trailers["grpc-message"]))).toMatch(hint);
     await stillServing();
+  });
+
+  it("a well-formed message still answers as before in every protocol (only parse failures are rewritten)", async () => {
+    const missing = JSON.stringify({ path: "/no/such/file/here" });
+    const unary = await rpc("/filesystem.Filesystem/Stat", missing, "application/json");
+    expect(unary.status).toBe(404);
+    expect(JSON.parse(unary.text).code).toBe("not_found");
+    const proto = new Uint8Array([0x0a, 0x02, 0x2f, 0x78]); // path: "/x"
+    const grpc = await grpcCall("/filesystem.Filesystem/Stat", envelope(proto));
+    expect(grpc.trailers["grpc-status"]).toBe("5");
+    const web = await rpc("/filesystem.Filesystem/Stat", envelope(proto), "application/grpc-web+proto");
+    expect(new TextDecoder().decode(lastFrame(web.raw))).toMatch(/grpc-status: 5\r\n/);
   });
 
   it("malformed JSON in a streaming request → 200 with an end-stream error", async () => {
@@ -77,6 +137,30 @@ describe("envd answers bad input with the right code and keeps serving", () => {
     await stillServing();
   });
 
+  it("a NUL byte in a path → invalid_argument on RPCs (unary and streams), 400 on /files", async () => {
+    const nul = JSON.stringify({ path: "/tmp/a\u0000b" });
+    const stat = await rpc("/filesystem.Filesystem/Stat", nul, "application/json");
+    expect(stat.status).toBe(400);
+    expect(JSON.parse(stat.text)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/NUL byte.*remove it/) });
+    const watch = await rpc("/filesystem.Filesystem/WatchDir", envelope(new TextEncoder().encode(nul)), "application/connect+json");
+    expect(watch.status).toBe(200);
+    expect(endStream(watch.raw).error?.code).toBe("invalid_argument");
+    const cwd = JSON.stringify({ process: { cmd: "/bin/true", cwd: "/tmp\u0000" } });
+    const start = await rpc("/process.Process/Start", envelope(new TextEncoder().encode(cwd)), "application/connect+json");
+    expect(endStream(start.raw).error?.code).toBe("invalid_argument");
+
+    const download = await fetch(`${envd.url}/files?path=/tmp/a%00b`);
+    expect(download.status).toBe(400);
+    expect(await download.json()).toMatchObject({ code: 400, message: expect.stringContaining("NUL byte") });
+    const upload = await fetch(`${envd.url}/files?path=/tmp/a%00b`, { method: "POST", headers: { "content-type": "application/octet-stream" }, body: "x" });
+    expect(upload.status).toBe(400);
+    const form = new FormData();
+    form.append("file", new Blob(["x"]), "/tmp/a\u0000b");
+    const multipart = await fetch(`${envd.url}/files`, { method: "POST", body: form });
+    expect(multipart.status).toBe(400);
+    await stillServing();
+  });
+
   it("a stream for an unknown pid ends with not_found in the end-stream (HTTP 200)", async () => {
     const body = envelope(new TextEncoder().encode('{"process":{"pid":999999}}'));
     const r = await rpc("/process.Process/Connect", body, "application/connect+json");
@@ -85,9 +169,22 @@ describe("envd answers bad input with the right code and keeps serving", () => {
     expect(endStream(r.raw).error).toEqual({ code: "not_found", message: "process with pid 999999 not found" });
   });
 
-  it("an unsupported content type → 415, an unknown method → 404", async () => {
+  it("an unsupported content type → 415 with Accept-Post, a wrong HTTP method → 405 with Allow, an unknown RPC → 404", async () => {
     const r = await rpc("/filesystem.Filesystem/Stat", "path=/", "text/plain");
     expect(r.status).toBe(415);
+    expect(r.headers.get("accept-post")).toBe(
+      "application/grpc, application/grpc+json, application/grpc+proto, application/grpc-web, application/grpc-web+json, application/grpc-web+proto, application/json, application/proto",
+    );
+    expect(JSON.parse(r.text)).toMatchObject({ code: 415, message: expect.stringContaining("send one of application/grpc") });
+    const stream = await rpc("/process.Process/Start", "{}", "text/plain");
+    expect(stream.status).toBe(415);
+    expect(stream.headers.get("accept-post")).toMatch(/^application\/connect\+json, application\/connect\+proto, application\/grpc, /);
+
+    const get = await fetch(`${envd.url}/filesystem.Filesystem/Stat`);
+    expect(get.status).toBe(405);
+    expect(get.headers.get("allow")).toBe("POST");
+    expect(await get.json()).toMatchObject({ code: 405, message: expect.stringContaining("use POST") });
+
     const missing = await rpc("/filesystem.Filesystem/Nope", "{}", "application/json");
     expect(missing.status).toBe(404);
     await stillServing();

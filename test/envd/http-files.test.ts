@@ -185,6 +185,25 @@ describe("POST /files", () => {
     expect(readdirSync(dir)).toEqual(["p.txt"]);
   });
 
+  it("a 'file' part without a filename (FormData string) is written to the path query, as E2B's envd does", async () => {
+    const dir = fresh();
+    const post = async (path: string, form: FormData): Promise<Res> => {
+      const r = await fetch(envd.url + path, { method: "POST", body: form });
+      return { status: r.status, headers: Object.fromEntries(r.headers), body: Buffer.from(await r.arrayBuffer()) };
+    };
+    const form = new FormData();
+    form.append("file", "text from a string field, é ✓");
+    expectUploaded(await post(files({ path: join(dir, "s.txt") }), form), [join(dir, "s.txt")]);
+    expect(readFileSync(join(dir, "s.txt"), "utf8")).toBe("text from a string field, é ✓");
+    // Without a path there is nowhere to put it (E2B's envd resolves "" to the home directory: a 400 too).
+    expectError(await post("/files", form), 400, /no filename and no 'path' query parameter.*add \?path=/);
+    // Held in memory, so bounded: a larger one must be sent with a filename (streamed).
+    const big = new FormData();
+    big.append("file", "x".repeat(16 * 1024 * 1024 + 1));
+    expectError(await post(files({ path: join(dir, "big.txt") }), big), 413, /give the part a filename/);
+    expect(readdirSync(dir)).toEqual(["s.txt"]);
+  });
+
   it("rejects multipart forms without file parts, without boundary, or truncated, leaving nothing behind", async () => {
     const dir = fresh();
     const none = multipart([{ name: "other", filename: join(dir, "o.txt"), data: "x" }]);

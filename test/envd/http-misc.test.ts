@@ -65,6 +65,12 @@ describe("GET /health", () => {
 });
 
 describe("POST /init and GET /envs", () => {
+  it("lists E2B_SANDBOX=true before any /init, as E2B's envd does", async () => {
+    const envs = await get("/envs");
+    expect(envs.status).toBe(200);
+    expect(await envs.json()).toEqual({ E2B_SANDBOX: "true" });
+  });
+
   it("replaces env vars and reports X-Envd-Version", async () => {
     const res = await post("/init", { envVars: { A: "1", SHARED: "x" } });
     expect(res.status).toBe(204);
@@ -74,7 +80,7 @@ describe("POST /init and GET /envs", () => {
     expect(envs.status).toBe(200);
     const body = await envs.json();
     conforms(envVarsSchema, body);
-    expect(body).toEqual({ B: "2" });
+    expect(body).toEqual({ E2B_SANDBOX: "true", B: "2" });
   });
 
   it("sets the access token; then /envs and /init need it (header, or the same token in the body)", async () => {

@@ -1,4 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Signal, type StreamInputRequestSchema } from "../../gen/ts/process/process_pb.js";
@@ -87,10 +89,44 @@ describe("process semantics", () => {
     expect(await codeOf(process.list({}, { headers: basicAuth("no-such-user") }))).toBe(Code.Unauthenticated);
   });
 
-  it("refuses a command that cannot be executed", async () => {
+  it("starts a command that does not exist as E2B's envd does: start, a stderr line, exit 127", async () => {
     const { process } = clients(envd.url);
-    const code = await codeOf(collect(process.start({ process: { cmd: "/no/such/binary", args: [] } })));
-    expect(code).toBe(Code.InvalidArgument);
+    for (const cmd of ["/no/such/binary", "no-such-command-anywhere"]) {
+      const r = await collect(process.start({ process: { cmd, args: ["x"] }, stdin: false }));
+      expect(r.events[0]).toBe("start");
+      expect(r.pid).toBeGreaterThan(0);
+      expect(r.events.at(-1)).toBe("end");
+      expect(r.stderr).toBe(`envd: '${cmd}': No such file or directory\n`);
+      expect(r.stdout).toBe("");
+      expect(r.end).toMatchObject({ exitCode: 127, exited: true, status: "exit status 127", error: "exit status 127" });
+    }
+    // It exists but may not be executed: 126, as the shells and `nice` exit.
+    const file = join(envd.dir, "not-executable");
+    writeFileSync(file, "echo hi\n", { mode: 0o644 });
+    const notExecutable = await collect(process.start({ process: { cmd: file, args: [] }, stdin: false }));
+    expect(notExecutable.stderr).toBe(`envd: '${file}': Permission denied\n`);
+    expect(notExecutable.end?.exitCode).toBe(126);
+    // In a PTY the line comes as PTY output.
+    const pty = await collect(process.start({ process: { cmd: "/no/such/binary", args: [] }, pty: { size: { cols: 80, rows: 24 } } }));
+    expect(pty.events[0]).toBe("start");
+    expect(pty.pty).toBe("envd: '/no/such/binary': No such file or directory\r\n");
+    expect(pty.end?.exitCode).toBe(127);
+  });
+
+  it("refuses NUL bytes in the command, its arguments or its env vars with invalid_argument", async () => {
+    const { process } = clients(envd.url);
+    for (const config of [
+      { cmd: "/bin/echo\0", args: [] },
+      { cmd: "/bin/echo", args: ["ok", "a\0b"] },
+      { cmd: "/bin/echo", args: [], envs: { K: "v\0" } },
+    ]) {
+      const err = await collect(process.start({ process: config })).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect(err?.code).toBe(Code.InvalidArgument);
+      expect(err?.rawMessage).toMatch(/^process\.(cmd|args\[1\]|envs\["K"\]) contains a NUL byte.*remove it$/);
+    }
   });
 
   it("pipes stdin by default, and SendInput + CloseStdin reach the process", async () => {

@@ -23,7 +23,13 @@ from helpers import unique, wait_until
 
 
 def _close(a: datetime, b: datetime, seconds: float = 15) -> bool:
+    """Two server-side times set together (started_at and end_at): no client clock involved."""
     return abs((a - b).total_seconds()) <= seconds
+
+
+def _between(at: datetime, before: datetime, after: datetime, offset: timedelta = timedelta(0)) -> bool:
+    """`at` lies between clock reads taken around the call that set it: true however slow the machine (1 s for rounding)."""
+    return before + offset - timedelta(seconds=1) <= at <= after + offset
 
 
 def test_create_with_metadata_envs_and_timeout(control_plane):
@@ -35,6 +41,7 @@ def test_create_with_metadata_envs_and_timeout(control_plane):
         envs={"GREETING": "hi there", "EMPTY": ""},
         timeout=123,
     )
+    after = datetime.now(timezone.utc)
     try:
         assert sbx.sandbox_id and sbx.sandbox_id.isalnum() and sbx.sandbox_id == sbx.sandbox_id.lower()
         assert sbx.is_running() is True
@@ -47,7 +54,7 @@ def test_create_with_metadata_envs_and_timeout(control_plane):
         assert info.metadata == {"suite": "python", "tag": tag}
         assert info.state == SandboxState.RUNNING
         assert info.started_at.tzinfo is not None and info.end_at.tzinfo is not None
-        assert _close(info.started_at, before)
+        assert _between(info.started_at, before, after)
         assert _close(info.end_at, info.started_at + timedelta(seconds=123))
         assert info.cpu_count >= 1
         assert info.memory_mb >= 1
@@ -134,12 +141,12 @@ def test_list_pagination(control_plane):
 
 
 def test_set_timeout_extends_and_shortens(sandbox: Sandbox):
+    before = datetime.now(timezone.utc)
     sandbox.set_timeout(1200)
-    now = datetime.now(timezone.utc)
-    assert _close(sandbox.get_info().end_at, now + timedelta(seconds=1200))
+    assert _between(sandbox.get_info().end_at, before, datetime.now(timezone.utc), timedelta(seconds=1200))
+    before = datetime.now(timezone.utc)
     Sandbox.set_timeout(sandbox.sandbox_id, 90)
-    now = datetime.now(timezone.utc)
-    assert _close(sandbox.get_info().end_at, now + timedelta(seconds=90))
+    assert _between(sandbox.get_info().end_at, before, datetime.now(timezone.utc), timedelta(seconds=90))
 
 
 def test_timeout_kills_the_sandbox(control_plane):

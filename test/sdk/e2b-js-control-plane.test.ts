@@ -3,7 +3,7 @@
 // E2B_API_KEY: the sandbox lifecycle through the REST API, auth, metrics and
 // isolation. Commands, PTY and files through the envd proxy are in
 // e2b-js-control-plane-envd.test.ts.
-import { AuthenticationError, Sandbox, SandboxNotFoundError, type SandboxInfo, type SandboxListOpts } from "e2b";
+import { AuthenticationError, Sandbox, SandboxNotFoundError, TimeoutError, type SandboxInfo, type SandboxListOpts } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { rejection, setEnv, waitFor } from "../helpers/sdk.js";
@@ -44,8 +44,13 @@ async function listedIds(opts?: SandboxListOpts): Promise<Set<string>> {
 }
 
 /** Within `seconds` of each other (clock skew and a loaded machine, not timing). */
-function near(a: Date, b: Date, seconds = 30): boolean {
-  return Math.abs(a.getTime() - b.getTime()) <= seconds * 1000;
+/**
+ * `at` lies between two clock reads taken around the call that set it
+ * (shifted by `offsetMs`): true however slow the machine is. 1 s of slack
+ * below for the server's rounding.
+ */
+function between(at: Date, before: number, after: number, offsetMs = 0): boolean {
+  return at.getTime() >= before + offsetMs - 1_000 && at.getTime() <= after + offsetMs;
 }
 
 const accessToken = (sbx: Sandbox) => (sbx as unknown as { envdAccessToken?: string }).envdAccessToken;
@@ -53,8 +58,9 @@ const accessToken = (sbx: Sandbox) => (sbx as unknown as { envdAccessToken?: str
 describe("create and getInfo", () => {
   it("creates with metadata, envs and timeout, and getInfo returns them", async () => {
     const tag = unique("create");
-    const before = new Date();
+    const before = Date.now();
     const sbx = await create({ metadata: { suite: "js-cp", tag }, envs: { GREETING: "hi there", EMPTY: "" }, timeoutMs: 123_000 });
+    const after = Date.now();
     expect(sbx.sandboxId).toMatch(/^[a-z0-9]+$/);
     expect(await sbx.isRunning()).toBe(true);
     // The create envs are the sandbox's: every command sees them.
@@ -64,7 +70,7 @@ describe("create and getInfo", () => {
     expect(info).toMatchObject({ sandboxId: sbx.sandboxId, templateId: "base", state: "running", metadata: { suite: "js-cp", tag } });
     expect(info.startedAt).toBeInstanceOf(Date);
     expect(info.endAt).toBeInstanceOf(Date);
-    expect(near(info.startedAt, before)).toBe(true);
+    expect(between(info.startedAt, before, after)).toBe(true);
     // endAt = startedAt + the timeout.
     expect(Math.abs(info.endAt.getTime() - info.startedAt.getTime() - 123_000)).toBeLessThanOrEqual(5_000);
     expect(info.cpuCount).toBeGreaterThanOrEqual(1);
@@ -125,11 +131,13 @@ describe("list", () => {
 describe("timeout, pause, connect, kill", () => {
   it("setTimeout moves endAt, both ways", async () => {
     const sbx = await create();
+    let before = Date.now();
     await sbx.setTimeout(1_200_000);
-    expect(near((await sbx.getInfo()).endAt, new Date(Date.now() + 1_200_000))).toBe(true);
+    expect(between((await sbx.getInfo()).endAt, before, Date.now(), 1_200_000)).toBe(true);
+    before = Date.now();
     await Sandbox.setTimeout(sbx.sandboxId, 90_000);
     const info = await sbx.getInfo();
-    expect(near(info.endAt, new Date(Date.now() + 90_000))).toBe(true);
+    expect(between(info.endAt, before, Date.now(), 90_000)).toBe(true);
     expect(info.endAt.getTime()).toBeGreaterThan(info.startedAt.getTime());
   });
 
@@ -175,6 +183,10 @@ describe("timeout, pause, connect, kill", () => {
     expect(await rejection(Sandbox.getInfo(id))).toBeInstanceOf(SandboxNotFoundError);
     expect(await rejection(Sandbox.connect(id))).toBeInstanceOf(SandboxNotFoundError);
     expect(await rejection(sbx.commands.run("true"))).toBeInstanceOf(SandboxNotFoundError);
+    // The proxy answers as E2B's does, so the SDK's error reads as on E2B.
+    const read = await rejection(sbx.files.read("/etc/hostname"));
+    expect(read).toBeInstanceOf(TimeoutError);
+    expect((read as Error).message).toMatch(/^The sandbox was not found: This error is likely due to sandbox timeout/);
     expect(await listedIds({ query: { metadata: { tag } } })).toEqual(new Set());
   });
 

@@ -1,6 +1,6 @@
 // The real `e2b` JS SDK (files: directories, entries and metadata) against a
 // real envd, in debug mode (E2B_DEBUG=true + E2B_SANDBOX_URL, see test/helpers/sdk.ts).
-import { realpathSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { mkdirSync, realpathSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { FileType, InvalidArgumentError } from "e2b";
 import { describe, expect, it } from "vitest";
@@ -26,6 +26,26 @@ describe("directories and entries", () => {
     const deep = await sandbox.files.list(dir, { depth: 2 });
     expect(deep.map((e) => e.path).sort()).toEqual([join(dir, "a.txt"), join(dir, "sub"), join(dir, "sub", "b.txt")]);
     expect(deep.find((e) => e.name === "b.txt")).toMatchObject({ type: FileType.FILE, size: 2 });
+  });
+
+  it("lists names that are not valid UTF-8 (with U+FFFD), as E2B's envd does, so no file can hide", async () => {
+    const dir = fresh();
+    // "bad-\xff.txt" and a directory "d\xfe" holding "in\xfd": bytes no UTF-8 name has.
+    const raw = (...parts: (string | number[])[]) =>
+      Buffer.concat([Buffer.from(dir), ...parts.map((p) => (typeof p === "string" ? Buffer.from(p) : Buffer.from(p)))]);
+    writeFileSync(raw("/bad-", [0xff], ".txt"), "hidden?");
+    mkdirSync(raw("/d", [0xfe]));
+    writeFileSync(raw("/d", [0xfe], "/in", [0xfd]), "deeper");
+    await sandbox.files.write(join(dir, "ok.txt"), "ok");
+
+    const entries = await sandbox.files.list(dir, { depth: 2 });
+    expect(entries.map((e) => [e.name, e.type, e.path])).toEqual([
+      ["bad-\ufffd.txt", FileType.FILE, join(dir, "bad-\ufffd.txt")],
+      ["d\ufffd", FileType.DIR, join(dir, "d\ufffd")],
+      ["in\ufffd", FileType.FILE, join(dir, "d\ufffd", "in\ufffd")],
+      ["ok.txt", FileType.FILE, join(dir, "ok.txt")],
+    ]);
+    expect(entries[0]!.size).toBe(7);
   });
 
   it("makeDir returns true when it creates the directory (with parents), false when it exists", async () => {

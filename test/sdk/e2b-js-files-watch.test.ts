@@ -1,6 +1,6 @@
 // The real `e2b` JS SDK (files: watchDir) against a real envd, in debug mode
 // (E2B_DEBUG=true + E2B_SANDBOX_URL, see test/helpers/sdk.ts).
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   FileNotFoundError,
@@ -44,6 +44,22 @@ describe("watchDir", () => {
 
     await sandbox.files.remove(join(dir, "b.txt"));
     await waitFor(() => has(events, "b.txt", FilesystemEventType.REMOVE), "remove b.txt");
+  });
+
+  it("reports names that are not valid UTF-8 (with U+FFFD), with their entry, as E2B's envd does", async () => {
+    const dir = fresh();
+    const events: FilesystemEvent[] = [];
+    watches.push(await sandbox.files.watchDir(dir, (e) => void events.push(e), { recursive: true, includeEntry: true }));
+    const name = Buffer.concat([Buffer.from(dir), Buffer.from("/x-"), Buffer.from([0xff])]);
+    writeFileSync(name, "data");
+    await waitFor(() => has(events, "x-\ufffd", FilesystemEventType.WRITE), () => `write x-\ufffd; saw ${JSON.stringify(events.map((e) => [e.type, e.name]))}`);
+    const created = events.find((e) => e.name === "x-\ufffd" && e.type === FilesystemEventType.CREATE);
+    expect(created?.entry).toMatchObject({ name: "x-\ufffd", path: join(dir, "x-\ufffd"), type: FileType.FILE });
+    mkdirSync(Buffer.concat([Buffer.from(dir), Buffer.from("/sub-"), Buffer.from([0xfe])]));
+    writeFileSync(Buffer.concat([Buffer.from(dir), Buffer.from("/sub-"), Buffer.from([0xfe]), Buffer.from("/in")]), "nested");
+    await waitFor(() => has(events, "sub-\ufffd/in", FilesystemEventType.CREATE), "create sub-\ufffd/in");
+    rmSync(name);
+    await waitFor(() => has(events, "x-\ufffd", FilesystemEventType.REMOVE), "remove x-\ufffd");
   });
 
   it("an upload shows up as create and write of that file, and nothing else", async () => {

@@ -129,4 +129,19 @@ describe("upload and download URLs", () => {
     expect(put.status).toBe(200);
     expect(await sandbox.files.read(target)).toBe("uploaded via url");
   });
+
+  it("uploadUrl(path) takes a 'file' part without a filename, as E2B's SDK tests post it", async () => {
+    const target = join(env.envd.dir, "from-string.txt");
+    const form = new FormData();
+    form.append("file", "text");
+    const put = await fetch(await sandbox.uploadUrl(target), { method: "POST", body: form });
+    expect(put.status).toBe(200);
+    expect(await put.json()).toEqual([{ path: target, name: "from-string.txt", type: "file" }]);
+    expect(await sandbox.files.read(target)).toBe("text");
+
+    // uploadUrl() without a path: nowhere to put a part without a filename.
+    const nowhere = await fetch(await sandbox.uploadUrl(), { method: "POST", body: form });
+    expect(nowhere.status).toBe(400);
+    expect(((await nowhere.json()) as { message: string }).message).toMatch(/add \?path=/);
+  });
 });

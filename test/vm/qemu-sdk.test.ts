@@ -120,13 +120,10 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       const h = await sandbox.commands.run("while true; do echo tick; sleep 0.1; done", { background: true, timeoutMs: 0, onStdout: (d) => void out.push(d) });
       await waitFor(() => out.length > 2, "ticks");
       const { qemu } = persisted();
-      const killedAt = Date.now();
       process.kill(qemu.pid, "SIGKILL");
+      // An error, not a hang: a hang would end the test at its own timeout, whatever the machine's load.
       const err = await rejection(h.wait());
-      const ms = Date.now() - killedAt;
       expect(err).toBeInstanceOf(Error);
-      // Not a timing goal (the issue's is a second): this only tells an error from a hang.
-      expect(ms).toBeLessThan(15_000);
       await waitFor(async () => (await fetch(`${suite.cp!.url}/sandboxes/${sandbox.sandboxId}`, { headers: { "X-API-Key": suite.cp!.apiKey } })).status === 404, "the dead sandbox to answer 404");
       const rec = suite.cp!.store.getSandbox(sandbox.sandboxId)!;
       expect(rec.state).toBe("killed");

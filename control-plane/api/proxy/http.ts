@@ -35,14 +35,40 @@ function copyHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   return out;
 }
 
-/** Request headers for envd: everything end-to-end (incl. Connect-Timeout-Ms, Keepalive-Ping-Interval, Authorization, X-Access-Token). */
+/** Request headers for envd over HTTP/2 (lower case there by definition): everything end-to-end (incl. Connect-Timeout-Ms, Keepalive-Ping-Interval, Authorization, X-Access-Token). */
 export function forwardHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   return copyHeaders(headers);
 }
 
-/** Response headers for the client: envd's, minus hop-by-hop ones (framing is redone on this hop). */
+/** Response headers for an HTTP/2 client: envd's, minus hop-by-hop ones (framing is redone on this hop). */
 export function responseHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   return copyHeaders(headers);
+}
+
+/**
+ * HTTP/1.1 headers as the sender wrote them (`rawHeaders`: name, value, name,
+ * value…), minus hop-by-hop ones: names keep their case and repeated headers
+ * their order, so the next hop sees what the client (or the server) wrote.
+ */
+export function endToEndRawHeaders(raw: string[]): string[] {
+  const listed = new Set<string>();
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() !== "connection") continue;
+    for (const token of raw[i + 1]!.split(",")) listed.add(token.trim().toLowerCase());
+  }
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase();
+    if (HOP_BY_HOP.has(name) || name.charCodeAt(0) === 58 /* ':' */ || listed.has(name)) continue;
+    out.push(raw[i]!, raw[i + 1]!);
+  }
+  return out;
+}
+
+/** Whether a raw header list has `name` (lower case). */
+export function hasRawHeader(raw: string[], name: string): boolean {
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === name) return true;
+  return false;
 }
 
 /** Connect RPC paths (`/process.Process/Start`, `/filesystem.Filesystem/Stat`, …). */
@@ -53,18 +79,26 @@ export function isConnectPath(url: string | undefined): boolean {
 const CONNECT_CODE: Record<number, string> = { 401: "unauthenticated", 403: "permission_denied", 502: "unavailable", 503: "unavailable" };
 
 /**
+ * The JSON of a proxy-side error. With `sandboxId` it has E2B's proxy shape
+ * (`{"sandboxId":…,"message":…,"code":…}`, as its "sandbox not found" answer).
+ */
+export function proxyErrorBody(code: number | string, message: string, sandboxId?: string): string {
+  return JSON.stringify(sandboxId === undefined ? { code, message } : { sandboxId, message, code });
+}
+
+/**
  * A proxy-side error as JSON. For Connect paths the body is a Connect error
  * (`{"code":"unavailable","message":…}`): the JS client keeps the message
  * (unary) and Python's Connect client needs the string code; for the HTTP
  * endpoints (/files, /health) it is envd's `{"code":<status>,"message":…}`.
  * The HTTP status is the same either way, and the SDKs map it the same way.
  */
-export function sendProxyError(res: ServerResponse, status: number, message: string, connect: boolean): void {
+export function sendProxyError(res: ServerResponse, status: number, message: string, connect: boolean, sandboxId?: string): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
   }
-  const body = Buffer.from(JSON.stringify({ code: connect ? (CONNECT_CODE[status] ?? "unknown") : status, message }));
+  const body = Buffer.from(proxyErrorBody(connect ? (CONNECT_CODE[status] ?? "unknown") : status, message, sandboxId));
   res.writeHead(status, {
     "content-type": "application/json",
     "content-length": String(body.length),

@@ -1,14 +1,15 @@
-import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import { ENVD_PORT } from "../../../envd/version.js";
 import { SANDBOX_ID_RE } from "../../manager/ids.js";
 import { ControlPlaneError } from "../../manager/types.js";
 import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
-import { forwardHeaders, isConnectPath, responseHeaders, sendProxyError } from "./http.js";
+import { endToEndRawHeaders, hasRawHeader, isConnectPath, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
 import { forwardH2, H2Upstreams } from "./h2.js";
+import { maskedHost, withMaskedHost } from "./mask-host.js";
 import { RouteCache, type SandboxRoute } from "./routes.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
 
@@ -32,7 +33,11 @@ interface Target {
 }
 
 type Resolved = { sandboxId: string; route: SandboxRoute };
-type Refused = { status: number; message: string };
+/** `sandboxId`: answered in E2B's proxy shape (`{sandboxId, message, code}`). */
+type Refused = { status: number; message: string; sandboxId?: string };
+
+/** E2B's proxy answer for a sandbox it does not know (or no longer runs), word for word. */
+const notFound = (sandboxId: string): Refused => ({ status: 502, message: "The sandbox was not found", sandboxId });
 
 /** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
 function trafficAllowed(req: IncomingMessage, route: SandboxRoute): boolean {
@@ -103,12 +108,12 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     if (!Number.isInteger(t.port) || t.port < 1 || t.port > 65535) {
       return { status: 502, message: `invalid port for sandbox ${sandboxId}: use <port>-<sandboxId>.<domain> with a port from 1 to 65535` };
     }
-    if (!SANDBOX_ID_RE.test(sandboxId)) return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+    if (!SANDBOX_ID_RE.test(sandboxId)) return notFound(sandboxId);
     if (INTERNAL.test(req.url ?? "")) return { status: 403, message: `${req.url?.split("?")[0]} is internal to the control plane` };
     try {
       return { sandboxId, route: await routes.get(sandboxId) };
     } catch (err) {
-      if (err instanceof ControlPlaneError && err.kind === "not_found") return { status: 502, message: `The sandbox ${sandboxId} was not found` };
+      if (err instanceof ControlPlaneError && err.kind === "not_found") return notFound(sandboxId);
       if (err instanceof ControlPlaneError && err.kind === "unavailable") return { status: 502, message: err.message };
       deps.log.error({ err, sandboxId }, "routing to a sandbox failed");
       return { status: 502, message: `routing to sandbox ${sandboxId} failed: ${(err as Error).message}` };
@@ -119,7 +124,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     const connect = isConnectPath(req.url);
     const signed = t.sandboxId === undefined;
     const r = await resolve(req, t);
-    if ("status" in r) return sendProxyError(res, r.status, r.message, connect);
+    if ("status" in r) return sendProxyError(res, r.status, r.message, connect, r.sandboxId);
     const { sandboxId, route } = r;
     if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, route);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
@@ -145,14 +150,18 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   /**
    * A server the user runs in the sandbox (E2B's `getHost(port)`): HTTP/1.1
    * through the guest init's port forwarder. Public, as on E2B, unless the
-   * sandbox was created with allowPublicTraffic: false.
+   * sandbox was created with allowPublicTraffic: false; with the sandbox's
+   * maskRequestHost as Host when it has one.
    */
   const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
     if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
-    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), (err) => `sandbox ${sandboxId}: ${err.message}`);
+    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), {
+      describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
+      host: maskedHost(route.maskRequestHost, port),
+    });
   };
 
   const forward = (
@@ -160,22 +169,27 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     res: ServerResponse,
     sandboxId: string,
     agent: http.Agent,
-    describe: (err: NodeJS.ErrnoException) => string = (err) =>
-      `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`,
+    opts: {
+      /** The 502 message when the upstream fails before answering. */
+      describe?: (err: NodeJS.ErrnoException) => string;
+      /** The Host to send instead of the client's (maskRequestHost). */
+      host?: string;
+    } = {},
   ): void => {
+    const describe =
+      opts.describe ?? ((err) => `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`);
     metrics.streamOpened();
     let closed = false;
-    const upstream = http.request({
-      agent,
-      method: req.method,
-      path: req.url,
-      headers: forwardHeaders(req.headers as IncomingHttpHeaders),
-    });
+    // Header names go on in the client's case (and come back in the server's), as E2B's proxy keeps them.
+    let headers = endToEndRawHeaders(req.rawHeaders);
+    if (opts.host !== undefined) headers = withMaskedHost(headers, opts.host);
+    else if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
+    const upstream = http.request({ agent, method: req.method, path: req.url, headers });
     upstream.on("response", (upRes) => {
-      const headers = responseHeaders(upRes.headers);
-      res.writeHead(upRes.statusCode ?? 502, headers);
+      const back = endToEndRawHeaders(upRes.rawHeaders);
+      res.writeHead(upRes.statusCode ?? 502, back);
       // Streams (no length) get their headers now, not with the first chunk (which may be a while).
-      if (headers["content-length"] === undefined) res.flushHeaders();
+      if (!hasRawHeader(back, "content-length")) res.flushHeaders();
       upRes.on("data", (chunk: Buffer) => metrics.addProxiedBytes("out", chunk.length));
       // An upstream failure mid-body destroys the client response: the client sees an error, not a hang.
       upRes.on("close", () => {
@@ -211,7 +225,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
 
   const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
     const r = await resolve(req, t);
-    if ("status" in r) return refuseUpgrade(socket, r.status, r.message);
+    if ("status" in r) return refuseUpgrade(socket, r.status, r.message, r.sandboxId);
     const { sandboxId, route } = r;
     if (!trafficAllowed(req, route)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
     let upstream: Duplex;
@@ -221,7 +235,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       return refuseUpgrade(socket, 502, `sandbox ${sandboxId}: ${(err as Error).message}`);
     }
     if (socket.destroyed) return void upstream.destroy();
-    tunnelUpgrade(req, socket, head, upstream, metrics);
+    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(route.maskRequestHost, t.port));
   };
 
   return {

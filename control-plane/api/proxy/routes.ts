@@ -7,6 +7,8 @@ export interface SandboxRoute {
   socketPath: string;
   /** Required on user-port requests (`e2b-traffic-access-token`) when the sandbox was made with allowPublicTraffic: false. */
   trafficToken: string | undefined;
+  /** `network.maskRequestHost`: the Host user-port requests go on with (`${PORT}` unreplaced). */
+  maskRequestHost: string | undefined;
   expires: number;
 }
 
@@ -38,9 +40,10 @@ export class RouteCache {
     if (hit && hit.expires > now) return hit;
     const gen = this.generation;
     const { sandbox, socketPath } = await this.manager.route(id);
-    const network = sandbox.network as { allowPublicTraffic?: unknown } | undefined;
+    const network = sandbox.network as { allowPublicTraffic?: unknown; maskRequestHost?: unknown } | undefined;
     const trafficToken = network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
-    const route = { token: sandbox.envdAccessToken, socketPath, trafficToken, expires: now + this.ttlMs };
+    const maskRequestHost = typeof network?.maskRequestHost === "string" && network.maskRequestHost !== "" ? network.maskRequestHost : undefined;
+    const route = { token: sandbox.envdAccessToken, socketPath, trafficToken, maskRequestHost, expires: now + this.ttlMs };
     if (this.generation === gen) this.routes.set(id, route);
     return route;
   }

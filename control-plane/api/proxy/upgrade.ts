@@ -1,6 +1,8 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
+import { proxyErrorBody } from "./http.js";
+import { withMaskedHost } from "./mask-host.js";
 
 const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 502: "Bad Gateway" };
 
@@ -10,9 +12,9 @@ const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthor
  * closes the connection: after an Upgrade request there is no
  * ServerResponse, only the socket.
  */
-export function refuseUpgrade(socket: Duplex, status: number, message: string): void {
+export function refuseUpgrade(socket: Duplex, status: number, message: string, sandboxId?: string): void {
   if (socket.destroyed) return;
-  const body = JSON.stringify({ code: status, message });
+  const body = proxyErrorBody(status, message, sandboxId);
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\n` +
       "content-type: application/json\r\n" +
@@ -24,10 +26,10 @@ export function refuseUpgrade(socket: Duplex, status: number, message: string): 
   );
 }
 
-/** The request line and headers as the client sent them (Upgrade and Connection included). */
-function requestHead(req: IncomingMessage): string {
+/** The request line and headers as the client sent them (Upgrade and Connection included), Host masked if asked. */
+function requestHead(req: IncomingMessage, host: string | undefined): string {
   let head = `${req.method} ${req.url} HTTP/1.1\r\n`;
-  const raw = req.rawHeaders;
+  const raw = host === undefined ? req.rawHeaders : withMaskedHost(req.rawHeaders, host);
   for (let i = 0; i + 1 < raw.length; i += 2) head += `${raw[i]}: ${raw[i + 1]}\r\n`;
   return `${head}\r\n`;
 }
@@ -38,7 +40,15 @@ function requestHead(req: IncomingMessage): string {
  * on the two connections are one byte stream, the server's 101 (or refusal)
  * included. Back-pressure both ways; either side closing closes the other.
  */
-export function tunnelUpgrade(req: IncomingMessage, client: Duplex, head: Buffer, upstream: Duplex, metrics: ControlPlaneMetrics): void {
+export function tunnelUpgrade(
+  req: IncomingMessage,
+  client: Duplex,
+  head: Buffer,
+  upstream: Duplex,
+  metrics: ControlPlaneMetrics,
+  /** maskRequestHost: the Host the server sees instead of the client's. */
+  host?: string,
+): void {
   metrics.streamOpened();
   let closed = false;
   const close = () => {
@@ -52,7 +62,7 @@ export function tunnelUpgrade(req: IncomingMessage, client: Duplex, head: Buffer
   upstream.on("close", close);
   client.on("error", close);
   upstream.on("error", close);
-  upstream.write(requestHead(req));
+  upstream.write(requestHead(req, host));
   if (head.length) {
     metrics.addProxiedBytes("in", head.length);
     upstream.write(head);

@@ -1,5 +1,6 @@
 import { performance } from "node:perf_hooks";
 import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../manager/types.js";
+import { maskRequestHostProblem } from "../proxy/mask-host.js";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
@@ -23,6 +24,8 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
   if (network && network.allowPublicTraffic === false && !secure) {
     throw new HttpError(400, "network.allowPublicTraffic: false needs a secured sandbox (secure: true)");
   }
+  const maskProblem = maskRequestHostProblem(network?.maskRequestHost);
+  if (maskProblem) throw new HttpError(400, maskProblem);
   const metadata = f.stringMap("metadata");
   const envVars = f.stringMap("envVars");
   if (f.object("mcp")) throw new HttpError(400, "field 'mcp': the MCP gateway is not supported by this server");

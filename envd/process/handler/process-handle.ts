@@ -2,6 +2,7 @@ import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable } from "node:stream";
+import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
 import { withChildOomScore } from "./oom-score.js";
@@ -24,6 +25,26 @@ export interface SpawnSpec {
   /** Pipe stdin (true) or give the process /dev/null (false). Ignored for PTYs. */
   stdin: boolean;
   pty?: { cols: number; rows: number };
+}
+
+/** Starts a child with pipes; rejects with the spawn error (ENOENT, …) when it could not be started. */
+function spawnChild(spec: SpawnSpec): Promise<ChildProcess> {
+  const child = withChildOomScore(() => spawn(spec.cmd, spec.args, {
+    cwd: spec.cwd,
+    env: spec.env,
+    uid: spec.uid,
+    gid: spec.gid,
+    stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+    detached: true,
+  }));
+  return new Promise((resolve, reject) => {
+    child.once("spawn", () => resolve(child));
+    child.once("error", reject);
+  });
+}
+
+function startError(spec: SpawnSpec, err: unknown): ConnectError {
+  return new ConnectError(`error starting process '${spec.cmd}': ${(err as Error).message}`, Code.InvalidArgument);
 }
 
 /**
@@ -58,45 +79,50 @@ export class ProcessHandle {
     this.done = new Promise((r) => (this.resolveDone = r));
   }
 
-  /** Spawns the process; rejects with `invalid_argument` when it cannot start. */
+  /**
+   * Spawns the process. A command that cannot be executed still starts, as
+   * on E2B's envd: a process that reports why on stderr (the PTY) and exits
+   * 127/126 runs in its place (exec-failure.ts). Rejects with
+   * `invalid_argument` when nothing can be started at all.
+   */
   static async spawn(spec: SpawnSpec): Promise<ProcessHandle> {
-    const size = spec.pty;
-    if (size) {
-      let pty: IPty;
-      try {
-        pty = withChildOomScore(() => spawnPty(spec.cmd, spec.args, {
-          name: spec.env.TERM ?? "xterm-256color",
-          cols: size.cols || 80,
-          rows: size.rows || 24,
-          cwd: spec.cwd,
-          env: spec.env,
-          uid: spec.uid,
-          gid: spec.gid,
-          encoding: null,
-        } as Parameters<typeof spawnPty>[2]));
-      } catch (err) {
-        throw new ConnectError(`error starting pty process: ${(err as Error).message}`, Code.InvalidArgument);
-      }
-      const handle = new ProcessHandle(spec, undefined, pty);
-      handle.wirePty(pty);
-      return handle;
+    if (spec.pty) {
+      const failure = precheckExec(spec.cmd, spec.env.PATH);
+      return ProcessHandle.spawnPty(failure ? reporter(spec, failure) : spec, spec.pty);
     }
-    const child = withChildOomScore(() => spawn(spec.cmd, spec.args, {
-      cwd: spec.cwd,
-      env: spec.env,
-      uid: spec.uid,
-      gid: spec.gid,
-      stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
-      detached: true,
-    }));
-    await new Promise<void>((resolve, reject) => {
-      child.once("spawn", resolve);
-      child.once("error", (err) =>
-        reject(new ConnectError(`error starting process '${spec.cmd}': ${err.message}`, Code.InvalidArgument)),
-      );
-    });
+    let child: ChildProcess;
+    try {
+      child = await spawnChild(spec);
+    } catch (err) {
+      const failure = execFailureOf(spec.cmd, err);
+      if (!failure) throw startError(spec, err);
+      child = await spawnChild(reporter(spec, failure)).catch((again: unknown) => {
+        throw startError(spec, again);
+      });
+    }
     const handle = new ProcessHandle(spec, child, undefined);
     handle.wireChild(child);
+    return handle;
+  }
+
+  private static spawnPty(spec: SpawnSpec, size: { cols: number; rows: number }): ProcessHandle {
+    let pty: IPty;
+    try {
+      pty = withChildOomScore(() => spawnPty(spec.cmd, spec.args, {
+        name: spec.env.TERM ?? "xterm-256color",
+        cols: size.cols || 80,
+        rows: size.rows || 24,
+        cwd: spec.cwd,
+        env: spec.env,
+        uid: spec.uid,
+        gid: spec.gid,
+        encoding: null,
+      } as Parameters<typeof spawnPty>[2]));
+    } catch (err) {
+      throw new ConnectError(`error starting pty process: ${(err as Error).message}`, Code.InvalidArgument);
+    }
+    const handle = new ProcessHandle(spec, undefined, pty);
+    handle.wirePty(pty);
     return handle;
   }
 
