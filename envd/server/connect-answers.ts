@@ -56,7 +56,9 @@ async function fix(handler: UniversalHandler, res: UniversalServerResponse, requ
     const given = requestType ? `Content-Type '${requestType}'` : "a request without Content-Type";
     return jsonAnswer(415, { "accept-post": accepted }, `${given} is not served on ${path}: send one of ${accepted}`);
   }
-  if (!res.body) return res;
+  // Only a binary (protobuf) message can fail to parse as "parse binary": JSON requests (the SDKs')
+  // are answered untouched, their streams without an extra hop per chunk.
+  if (!res.body || /json/i.test(requestType ?? "")) return res;
   const header = new Headers(res.header);
   const type = header.get("content-type") ?? "";
   const hint = `: the request is not a valid ${handler.method.input.typeName} in the protobuf binary format; send a well-formed message`;

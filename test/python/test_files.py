@@ -109,6 +109,14 @@ def test_list_make_dir_and_depth(shared_sandbox: Sandbox):
     assert deep == {f"{base}/a.txt", f"{base}/sub", f"{base}/sub/inner", f"{base}/sub/b.txt"}
 
 
+def test_list_shows_names_that_are_not_utf8(shared_sandbox: Sandbox):
+    # A name with a byte no UTF-8 text has is listed (with U+FFFD), as by E2B's envd: nothing hides.
+    base = f"/home/user/{unique('raw')}"
+    shared_sandbox.commands.run(f"mkdir -p {base} && printf x > {base}/$(printf 'bad-\\377')")
+    entries = shared_sandbox.files.list(base)
+    assert [(e.name, e.path, e.type) for e in entries] == [("bad-\ufffd", f"{base}/bad-\ufffd", FileType.FILE)]
+
+
 def test_list_missing_dir_raises(shared_sandbox: Sandbox):
     with pytest.raises(FileNotFoundException):
         shared_sandbox.files.list("/home/user/no-such-dir-here")
@@ -236,6 +244,15 @@ def test_signed_urls_work_without_sandbox_headers(shared_sandbox: Sandbox, contr
     with urllib.request.urlopen(down, timeout=30) as resp:
         assert resp.status == 200
         assert resp.read() == b"uploaded through a signed URL"
+
+
+def test_signed_upload_url_takes_a_file_part_without_a_filename(shared_sandbox: Sandbox):
+    # files={"file": (None, …)} sends a part with no filename, as `form.append("file", "text")` does.
+    path = f"/home/user/{unique('field')}.txt"
+    r = httpx.post(shared_sandbox.upload_url(path), files={"file": (None, "text")}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["path"] == path
+    assert shared_sandbox.files.read(path) == "text"
 
 
 def test_signed_urls_with_expiration_and_user(shared_sandbox: Sandbox):
