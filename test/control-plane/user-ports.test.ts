@@ -247,7 +247,7 @@ describe("user ports on the process runtime (host network)", () => {
       expect((await masked.getInfo()).network?.maskRequestHost).toBe("localhost:${PORT}");
       const p = await freePort();
       await masked.files.write("/home/user/server.js", SERVER);
-      await masked.commands.run(`${process.execPath} /home/user/server.js ${p}`, { background: true, timeoutMs: 0 });
+      await masked.commands.run(`node /home/user/server.js ${p}`, { background: true, timeoutMs: 0 });
       const host = masked.getHost(p);
       await waitFor(async () => (await request(host, "/hello")).status === 200, `the masked sandbox's server on ${p}`);
       expect((await request(host, "/hello")).body.toString()).toBe(`hello from ${masked.sandboxId} via localhost:${p}`);
