@@ -11,8 +11,9 @@ import { processTable, sandboxPids } from "./procmem.js";
 export const MiB = 1024 * 1024;
 
 /**
- * The sandbox's envd (host pid): the node process of its tree running `… envd --listen …` (unshare and
- * the namespace's init shell carry the same words in their arguments, but are not node).
+ * The sandbox's envd (host pid): the node process of its tree running the image's envd bundle (sandbox
+ * mode), or `… envd --listen …` (user-namespace mode, where unshare and the namespace's init shell carry
+ * the same words in their arguments, but are not node).
  */
 export function envdPid(sb: SandboxHandle): number {
   const table = processTable();
@@ -20,6 +21,7 @@ export function envdPid(sb: SandboxHandle): number {
   for (const p of pids) {
     const cmd = table.get(p)?.cmdline ?? "";
     if (cmd.startsWith(`${process.execPath} `) && cmd.includes(" envd --listen ")) return p;
+    if (cmd.startsWith("/usr/local/bin/node /opt/locale2b/envd/envd.js ")) return p;
   }
   throw new Error(`cannot find envd's process of sandbox ${sb.id}`);
 }
