@@ -50,7 +50,8 @@ export async function ensureBaseTemplate(imagesDir: string, out: NodeJS.Writable
   const r = await buildTemplate("base", {
     imagesDir,
     progress: (e) => {
-      if (e.state === "cached") return;
+      // Steps 1-2 (envd bundle, init) run, cached or not, even when the image is up to date: stay quiet for them.
+      if (e.state === "cached" || (e.state === "start" && e.index < 3)) return;
       if (!announced) say(`preparing the base sandbox image in ${imagesDir} (first start: a few minutes; cached afterwards)`);
       announced = true;
       if (e.state === "start") say(`  [${e.index}/${e.total}] ${e.title}…`);
