@@ -86,6 +86,35 @@ function tryLock(index: number): boolean {
   return false;
 }
 
+/** Runs `fn` holding a named lock shared by every server process on this host. */
+export async function withHostLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  mkdirSync(LOCKS, { recursive: true, mode: 0o700 });
+  const dir = join(LOCKS, `${name}.lock`);
+  for (let i = 0; ; i++) {
+    try {
+      mkdirSync(dir);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      try {
+        if (Date.now() - statSync(dir).mtimeMs > STALE_LOCK_MS) rmdirSync(dir);
+      } catch {
+        // freed meanwhile
+      }
+      await new Promise((r) => setTimeout(r, Math.min(100, 5 * (i + 1))));
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    try {
+      rmdirSync(dir);
+    } catch {
+      // already gone
+    }
+  }
+}
+
 /**
  * Runs `setUp` with a free /30 index held for it, so that concurrent creates
  * (in this process, or in another server on this host) never pick the same

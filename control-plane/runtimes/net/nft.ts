@@ -16,7 +16,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/checks.js";
-import { deleteDevice, NET_BASE, run } from "./addresses.js";
+import { deleteDevice, NET_BASE, run, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "./policy.js";
 
@@ -75,12 +75,19 @@ let tableReady: Promise<void> | undefined;
  */
 export function ensureTable(log: Logger): Promise<void> {
   tableReady ??= (async () => {
-    const exists = await run(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
-      (r) => String(r.stdout),
-      () => "",
-    );
-    // A table this server version wrote already (a restart): keep it and the sandboxes' chains in it.
-    if (!exists.includes(`chain ${SCHEMA}`)) await nft(tableRules(hostLocalAddresses(nameServers())).join("\n"));
+    const current = () =>
+      run(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
+        (r) => String(r.stdout).includes(`chain ${SCHEMA}`),
+        () => false,
+      );
+    // A table this server version wrote already (a restart, or another server on this host): keep it and
+    // the sandboxes' chains in it. Writing it is locked across processes, so that no server wipes the
+    // chains another one just added.
+    if (!(await current())) {
+      await withHostLock("table", async () => {
+        if (!(await current())) await nft(tableRules(hostLocalAddresses(nameServers())).join("\n"));
+      });
+    }
     if (readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim() !== "1") {
       writeFileSync("/proc/sys/net/ipv4/ip_forward", "1\n");
       log.info("enabled IPv4 forwarding (net.ipv4.ip_forward=1) for sandbox networks");
