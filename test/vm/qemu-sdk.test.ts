@@ -53,6 +53,18 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       expect(err.message).toMatch(/1234|closed|refused/);
     });
 
+    it("has a tap of its own behind the host's rules: the host's loopback services and the control plane are out of reach", async () => {
+      const sbx = suite.sandbox!;
+      const port = new URL(suite.cp!.url).port;
+      const route = await sbx.commands.run("ip route show default");
+      const gw = /default via (\S+)/.exec(route.stdout)?.[1];
+      expect(gw, route.stdout).toMatch(/^10\.201\./);
+      for (const target of [`${gw}:${port}`, `10.0.2.2:${port}`, `127.0.0.1:${port}`]) {
+        const r = await sbx.commands.run(`curl -s -m 5 -o /dev/null http://${target}/health || echo "refused $?"`, { timeoutMs: 60_000 });
+        expect(r.stdout, target).toMatch(/^refused/);
+      }
+    });
+
     it("serves the guest's serial console (kernel and init) through the logs endpoint", async () => {
       const cp = suite.cp!;
       const res = await fetch(`${cp.url}/sandboxes/${suite.sandbox!.sandboxId}/logs`, { headers: { "X-API-Key": cp.apiKey } });

@@ -159,7 +159,7 @@ export class QemuInstance implements Instance {
 
   async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
     if (!this.o.tap) {
-      throw new Error("this VM was created without network.allowOut/denyOut, so its network is QEMU's user-mode NAT (or none), which cannot be filtered: create it with an egress policy to change its rules later");
+      throw new Error("this VM has no tap of its own (it was created offline, or this host cannot make taps and it uses QEMU's user-mode NAT), so there is nothing to filter: create it with an egress policy to change its rules later");
     }
     await applyPolicy(this.o.tap.name, this.sandboxId, policy ?? { allow: [], deny: [] }, this.o.log);
   }

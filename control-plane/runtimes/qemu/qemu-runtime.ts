@@ -111,6 +111,8 @@ export class QemuRuntime implements Runtime {
     const notes = [`microVMs run under ${t.accel.toUpperCase()} (${t.accelReason}); kernel ${t.kernel}`];
     if (t.accel === "tcg") notes.push("under emulation each VM gets 1 vCPU (LOCALE2B_QEMU_TCG_CPUS to change) and boots in seconds, not milliseconds");
     if (!findTemplateImage("base", this.images())) notes.push("template 'base' is not built yet: run `locale2b template build base`");
+    const noTap = tapUnsupported();
+    if (noTap) notes.push(`VMs with internet access use QEMU's user-mode NAT (${noTap}): a guest can reach this host's loopback services at 10.0.2.2`);
     return notes;
   }
 
@@ -132,7 +134,11 @@ export class QemuRuntime implements Runtime {
     const started: ChildProcess[] = [];
     let tapped: Awaited<ReturnType<typeof tapForPolicy>> | undefined;
     try {
-      if (spec.egress) tapped = await tapForPolicy(spec.sandboxId, spec.egress, spec.log);
+      // A tap behind the host's nft rules whenever the host can make one: QEMU's user-mode NAT would let
+      // the guest reach the host's loopback services (10.0.2.2 is the host's 127.0.0.1 there).
+      if (spec.egress || (spec.allowInternetAccess && !tapUnsupported())) {
+        tapped = await tapForPolicy(spec.sandboxId, spec.egress ?? { allow: [], deny: [] }, spec.log);
+      }
       const vhostChild = this.spawnDetached(t.vhost, vhostVsockArgs(layout), layout, spec.log);
       started.push(vhostChild);
       const vhost = await this.started(vhostChild, "vhost-device-vsock");
