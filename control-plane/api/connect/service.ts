@@ -13,6 +13,7 @@ import type { CreateSandboxInput } from "../../manager/types.js";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";
+import { auditInterceptor } from "./audit.js";
 import { page } from "./paging.js";
 import { watchEvents } from "./watch.js";
 
@@ -120,8 +121,8 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
           return { endAt: timestampFromMs(rec.endAt) };
         }),
 
-      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx),
+      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx, undefined, deps.events, (id) => deps.store.getSandbox(id)),
     },
-    { interceptors: [authInterceptor(deps)] },
+    { interceptors: [auditInterceptor(deps), authInterceptor(deps)] },
   );
 }
