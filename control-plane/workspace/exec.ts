@@ -53,14 +53,29 @@ class Capture {
 }
 
 /**
- * Kills a process and everything in its process group (envd starts each
- * command in a group of its own), then the leader through envd, so that a
- * command that left children behind ends too, not only its shell.
+ * Kills the process group and the session of `$1` (envd starts each command
+ * as the leader of a session and group of its own; a PTY shell's jobs get
+ * groups of their own in the same session): every process whose session id
+ * (field 6 of /proc/<pid>/stat) is it. POSIX sh, run in the sandbox.
+ */
+const KILL_TREE = `pid=$1
+kill -9 -"$pid" 2>/dev/null
+for d in /proc/[0-9]*; do
+  s=$(cat "$d/stat" 2>/dev/null) || continue
+  set -- \${s##*") "}
+  [ "$4" = "$pid" ] && kill -9 "\${d#/proc/}" 2>/dev/null
+done
+true`;
+
+/**
+ * Kills a command and everything it started (its group and its session),
+ * then the leader through envd, so that a command that left children
+ * behind ends too, not only its shell.
  */
 export async function killProcessTree(client: Client<typeof Process>, pid: number): Promise<void> {
   try {
     for await (const _ of client.start({
-      process: { cmd: "/bin/sh", args: ["-c", `kill -KILL -- -${pid} 2>/dev/null; true`] },
+      process: { cmd: "/bin/sh", args: ["-c", KILL_TREE, "locale2b-kill", String(pid)] },
       tag: `${INTERNAL_TAG_PREFIX}kill-${pid}`,
       stdin: false,
     })) {
