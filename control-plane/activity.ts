@@ -33,6 +33,11 @@ export interface ActivitySettings {
   sessionsPerSandbox: number;
   /** Unread events an event-stream subscriber may have before it is disconnected. */
   subscriberQueueLimit: number;
+  /**
+   * Watch each sandbox's envd for activity (exec.* and file.* events, and
+   * their audit entries). Off: lifecycle events and API audit only.
+   */
+  watchSandboxes: boolean;
 }
 
 const HOUR = 3_600_000;
@@ -46,6 +51,7 @@ export const DEFAULT_ACTIVITY: ActivitySettings = {
   sessionBufferBytes: 8 * 1024 * 1024,
   sessionsPerSandbox: 32,
   subscriberQueueLimit: SUBSCRIBER_QUEUE_LIMIT,
+  watchSandboxes: true,
 };
 
 export interface Activity {
@@ -87,7 +93,8 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
   });
   const offAudit = auditActivity({ audit, claims, bus, lifecycle: manager.events, sessionActor: (s, id) => sessions.keyOf(s, id) });
   const history = new MetricsHistory({ manager, rpc, db, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
-  watchers.start();
+  if (settings.watchSandboxes) watchers.start();
+  else log.warn("sandbox activity is not watched (--no-sandbox-activity): no exec.* / file.* events or audit entries for what runs inside sandboxes");
   sessions.start();
   history.start();
   const prune = () => {

@@ -50,6 +50,9 @@ Options:
                                    $LOCALE2B_METRICS_RETENTION_HOURS)
       --session-buffer-mb N        output kept per background session (default 8;
                                    $LOCALE2B_SESSION_BUFFER_MB)
+      --no-sandbox-activity        do not watch what runs inside sandboxes: no exec.*
+                                   and file.* events and audit entries (lifecycle
+                                   events and API requests are still recorded)
       --workspace-idle-timeout-s N a workspace sandbox pauses after N idle seconds
                                    and resumes on the next call (default 3600;
                                    $LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S)
@@ -99,6 +102,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       "metrics-retention-hours": { type: "string" },
       "session-buffer-mb": { type: "string" },
       "workspace-idle-timeout-s": { type: "string" },
+      "no-sandbox-activity": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -138,6 +142,7 @@ function activityOptions(values: Record<string, string | boolean | undefined>, e
   const HOUR = 3_600_000;
   return {
     activity: {
+      ...(values["no-sandbox-activity"] ? { watchSandboxes: false } : {}),
       ...(auditDays !== undefined ? { auditRetentionMs: auditDays * 24 * HOUR } : {}),
       ...(eventHours !== undefined ? { eventRetentionMs: eventHours * HOUR } : {}),
       ...(intervalS !== undefined ? { metricsIntervalMs: intervalS * 1000 } : {}),

@@ -291,10 +291,12 @@ export class SessionManager {
     return t ? { sandboxId, socketPath: t.socketPath, token: t.sandbox.envdAccessToken } : undefined;
   }
 
+  /** A session, or not_found (for the sandbox when it does not exist, else for the session). */
   get(sandboxId: string, sessionId: string): Session {
     const s = this.bySandbox.get(sandboxId)?.get(sessionId);
-    if (!s) throw new ControlPlaneError("not_found", `session '${sessionId}' not found in sandbox '${sandboxId}': list them with GET /sandboxes/${sandboxId}/exec`);
-    return s;
+    if (s) return s;
+    this.o.manager.get(sandboxId);
+    throw new ControlPlaneError("not_found", `session '${sessionId}' not found in sandbox '${sandboxId}': list them with GET /sandboxes/${sandboxId}/exec`);
   }
 
   list(sandboxId: string): Session[] {

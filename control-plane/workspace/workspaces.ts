@@ -50,11 +50,20 @@ export function templateNameOf(rec: SandboxRecord): string {
  */
 export class Workspaces {
   private readonly locks = new KeyedLock();
+  /** Routes of running sandboxes, so a busy harness does not read the store per call (as the proxy's RouteCache). */
+  private readonly routes = new Map<string, { sandbox: SandboxRecord; socketPath: string; expires: number }>();
+  private generation = 0;
 
   constructor(
     private readonly manager: SandboxManager,
     private readonly log: Logger,
-  ) {}
+    private readonly routeTtlMs = 2_000,
+  ) {
+    manager.events.subscribe({}, (e) => {
+      this.routes.delete(e.sandbox.id);
+      this.generation++;
+    });
+  }
 
   /** The live sandbox of a workspace, if any (the newest, should there be several). */
   find(workspaceId: string): SandboxRecord | undefined {
@@ -106,14 +115,20 @@ export class Workspaces {
    * A sandbox made here gets its idle timeout pushed back.
    */
   async target(id: string): Promise<{ sandbox: SandboxRecord; target: EnvdTarget }> {
-    let routed: { sandbox: SandboxRecord; socketPath: string };
-    try {
-      routed = await this.manager.route(id);
-    } catch (err) {
-      if (err instanceof ControlPlaneError && err.kind === "unavailable") {
-        throw new ControlPlaneError("conflict", `sandbox '${id}' is paused: resume it first (POST /sandboxes/${id}/resume)`);
+    const now = Date.now();
+    let routed = this.routes.get(id);
+    if (!routed || routed.expires <= now) {
+      const gen = this.generation;
+      try {
+        routed = { ...(await this.manager.route(id)), expires: now + this.routeTtlMs };
+      } catch (err) {
+        if (err instanceof ControlPlaneError && err.kind === "unavailable") {
+          throw new ControlPlaneError("conflict", `sandbox '${id}' is paused: resume it first (POST /sandboxes/${id}/resume)`);
+        }
+        throw err;
       }
-      throw err;
+      // A lifecycle event during the lookup may have made it stale: use it, do not keep it.
+      if (this.generation === gen) this.routes.set(id, routed);
     }
     const { sandbox, socketPath } = routed;
     this.touch(sandbox);
@@ -125,6 +140,8 @@ export class Workspaces {
     if (rec.metadata[WORKSPACE_API_METADATA] !== "workspace") return;
     const idle = this.idleTimeout(rec, 0);
     if (!idle || rec.endAt - Date.now() > (idle * 1000) / 2) return;
+    const cached = this.routes.get(rec.id);
+    if (cached) cached.sandbox = { ...rec, endAt: Date.now() + idle * 1000 };
     void this.manager.refresh(rec.id, idle).catch((err: unknown) => this.log.debug({ sandboxId: rec.id, err: (err as Error).message }, "idle timeout refresh failed"));
   }
 }

@@ -57,7 +57,7 @@ export async function startSession(ctx: WsContext): Promise<void> {
 
 function session(ctx: WsContext): Session {
   ctx.audit.details = { session_id: ctx.params.session };
-  return ctx.deps.sessions.get(ctx.deps.manager.get(ctx.params.id!).id, ctx.params.session!);
+  return ctx.deps.sessions.get(ctx.params.id!, ctx.params.session!);
 }
 
 function intQuery(q: URLSearchParams, name: string, min: number, max: number): number | undefined {
