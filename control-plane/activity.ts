@@ -75,7 +75,9 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
   const db = new ActivityDb(join(o.dataDir, ACTIVITY_DB_FILE), log);
   const redactor = new Redactor();
   const bus = new EventBus(new EventLog(db, settings.eventRetentionMs), settings.subscriberQueueLimit);
+  for (const rec of manager.list()) redactor.remember(rec);
   const offLifecycle = manager.events.subscribe({}, (e) => {
+    if (e.type === "created" || e.type === "resumed") redactor.remember(e.sandbox);
     const event = lifecycleToEvent(e);
     if (event) bus.publish(event);
     if (e.type === "killed") redactor.forget(e.sandbox.id);

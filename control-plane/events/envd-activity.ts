@@ -9,6 +9,14 @@ export const INTERNAL_TAG_PREFIX = "l2b-internal-";
 
 const SHELL = /(^|\/)(bash|sh|dash|zsh|ash)$/;
 
+/** Longest command an event (and the audit log) keeps: a heredoc script can be any size. */
+export const MAX_COMMAND_CHARS = 16 * 1024;
+
+/** A command cut to MAX_COMMAND_CHARS, saying how much was left out. */
+export function capCommand(command: string): string {
+  return command.length <= MAX_COMMAND_CHARS ? command : `${command.slice(0, MAX_COMMAND_CHARS)}…[${command.length - MAX_COMMAND_CHARS} more characters]`;
+}
+
 function quote(s: string): string {
   return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
@@ -56,7 +64,7 @@ export class ActivityTranslator {
     const e = a.event;
     switch (e.case) {
       case "processStarted": {
-        const command = this.redact(commandOf(e.value.cmd, e.value.args));
+        const command = capCommand(this.redact(commandOf(e.value.cmd, e.value.args)));
         const ids = idsOfTag(e.value.tag);
         this.running.set(e.value.pid, { command, ids });
         return {
@@ -91,7 +99,7 @@ export class ActivityTranslator {
           ...base,
           event_type: "exec.failed",
           ...idsOfTag(e.value.tag),
-          command: this.redact(commandOf(e.value.cmd, e.value.args)),
+          command: capCommand(this.redact(commandOf(e.value.cmd, e.value.args))),
           cwd: this.redact(e.value.cwd),
           user: e.value.user,
           error: this.redact(e.value.error),

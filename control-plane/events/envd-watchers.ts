@@ -51,17 +51,13 @@ export class EnvdActivityWatchers {
   start(): void {
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "created" || e.type === "resumed") {
-        this.o.redactor.remember(e.sandbox);
         this.watch(e.sandbox.id);
       } else if (e.type === "killed") {
         this.stop(e.sandbox.id);
         this.o.db.write("DELETE FROM envd_cursors WHERE sandbox_id = ?", [e.sandbox.id]);
       }
     });
-    for (const rec of this.o.manager.list({ states: ["running", "paused"] })) {
-      this.o.redactor.remember(rec);
-      if (rec.state === "running") this.watch(rec.id);
-    }
+    for (const rec of this.o.manager.list({ states: ["running"] })) this.watch(rec.id);
   }
 
   /** Marks why a process was ended by the control plane (its exec.failed event says so). */

@@ -56,6 +56,7 @@ export class MetricsHistory {
   private timer: NodeJS.Timeout | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  private unsubscribe: (() => void) | undefined;
   private readonly host = hostIdentity();
 
   constructor(
@@ -81,7 +82,7 @@ export class MetricsHistory {
     this.timer.unref();
     this.pruneTimer = setInterval(() => this.prune(), Math.min(3_600_000, Math.max(60_000, this.o.retentionMs / 10)));
     this.pruneTimer.unref();
-    this.o.manager.events.subscribe({}, (e) => {
+    this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "killed") this.latest.delete(e.sandbox.id);
     });
   }
@@ -176,6 +177,7 @@ export class MetricsHistory {
   }
 
   close(): void {
+    this.unsubscribe?.();
     clearInterval(this.timer);
     clearInterval(this.pruneTimer);
   }

@@ -136,12 +136,13 @@ export class ActivityDb {
     return this.statement(sql).run(params).changes;
   }
 
+  /** Reads are not prepared once and kept (their SQL varies with filters): only the fixed writes are. */
   all<T = Record<string, unknown>>(sql: string, params: Param[] = []): T[] {
-    return this.statement(sql).all(params) as T[];
+    return this.db.all(sql, params) as T[];
   }
 
   get<T = Record<string, unknown>>(sql: string, params: Param[] = []): T | undefined {
-    return (this.statement(sql).get(params) as T | null) ?? undefined;
+    return (this.db.get(sql, params) as T | null) ?? undefined;
   }
 
   close(): void {

@@ -1,7 +1,11 @@
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
+import type { ApiKeyInfo } from "../../store/store.js";
 import { performance } from "node:perf_hooks";
 import { apiKeyFromHeaders } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
+
+/** The caller's key as the audit interceptor found it (null: none valid), so the auth interceptor need not look it up again. */
+export const CALLER_KEY = createContextKey<ApiKeyInfo | null | undefined>(undefined, { description: "caller's API key" });
 
 /**
  * One audit entry per Connect API call: the key, the method, the sandbox
@@ -13,7 +17,9 @@ export function auditInterceptor(deps: Pick<ApiDeps, "store" | "audit">): Interc
   return (next) => async (req) => {
     if (!deps.audit) return next(req);
     const t0 = performance.now();
-    const actor = apiKeyFromHeaders(deps.store, req.header)?.id ?? "anonymous";
+    const key = apiKeyFromHeaders(deps.store, req.header);
+    req.contextValues.set(CALLER_KEY, key ?? null);
+    const actor = key?.id ?? "anonymous";
     const action = `${req.service.typeName}/${req.method.name}`;
     const asked = !req.stream ? (req.message as { sandboxId?: unknown }).sandboxId : undefined;
     const record = (result: "ok" | "error", sandboxId: unknown, message?: string, code?: string) =>

@@ -13,7 +13,7 @@ import type { CreateSandboxInput } from "../../manager/types.js";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";
-import { auditInterceptor } from "./audit.js";
+import { auditInterceptor, CALLER_KEY } from "./audit.js";
 import { page } from "./paging.js";
 import { watchEvents } from "./watch.js";
 
@@ -23,7 +23,9 @@ export const DEFAULT_TIMEOUT_SECONDS = 300;
 /** UNAUTHENTICATED unless the request carries a valid key (X-API-KEY or Authorization: Bearer). */
 export function authInterceptor(deps: Pick<ApiDeps, "store">): Interceptor {
   return (next) => async (req) => {
-    if (!apiKeyFromHeaders(deps.store, req.header)) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
+    const known = req.contextValues.get(CALLER_KEY);
+    const key = known === undefined ? apiKeyFromHeaders(deps.store, req.header) : known;
+    if (!key) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
     return next(req);
   };
 }

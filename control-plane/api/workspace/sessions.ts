@@ -1,3 +1,4 @@
+import { capCommand } from "../../events/envd-activity.js";
 import { Fields, readJsonObject } from "../rest/body.js";
 import type { Session } from "../../sessions/session.js";
 import type { WsContext } from "./context.js";
@@ -32,7 +33,7 @@ export async function startSessionFrom(ctx: WsContext, f: Fields): Promise<void>
   const rows = f.int("rows", 2, 1000);
   const { sandbox, target } = await deps.workspaces.target(params.id!);
   deps.redactor.add(sandbox.id, Object.values(x.secretEnv));
-  audit.details = { session_id: sessionId, command: x.command, working_dir: x.cwd, env: Object.keys(x.env), secret_env: Object.keys(x.secretEnv) };
+  audit.details = { session_id: sessionId, command: capCommand(x.command), working_dir: x.cwd, env: Object.keys(x.env), secret_env: Object.keys(x.secretEnv) };
   const s = await deps.sessions
     .create({
       sandboxId: sandbox.id,
