@@ -130,14 +130,18 @@ export async function listSessions(ctx: WsContext): Promise<void> {
 
 /**
  * GET /sandboxes/{id}/exec/{session}/stream[?offset=]: the output as
- * server-sent events (`output` {offset, next_offset, output}, then `exit`
- * {exit_code}), read from the session's buffer at the client's pace: a slow
- * client falls behind (and is told what was dropped), it never holds the
- * session or the server's memory up. It does not move the poll cursor.
+ * server-sent events (`output` {offset, next_offset, output}, whose id is
+ * next_offset, then `exit` {exit_code}), read from the session's buffer at
+ * the client's pace: a slow client falls behind (and is told what was
+ * dropped), it never holds the session or the server's memory up. An
+ * EventSource that reconnects resumes at its Last-Event-ID. It does not move
+ * the poll cursor.
  */
 export async function streamSession(ctx: WsContext): Promise<void> {
   const s = session(ctx);
-  let offset = intQuery(ctx.query, "offset", 0, Number.MAX_SAFE_INTEGER) ?? 0;
+  const lastId = ctx.req.headers["last-event-id"];
+  const resume = typeof lastId === "string" && /^\d+$/.test(lastId) ? Number(lastId) : undefined;
+  let offset = intQuery(ctx.query, "offset", 0, Number.MAX_SAFE_INTEGER) ?? resume ?? 0;
   const sse = new SseWriter(ctx.res, ctx.signal);
   const decoder = new TextDecoder();
   while (!sse.closed) {
