@@ -431,8 +431,12 @@ def test_a_capped_buffer_says_what_it_dropped(ws, sandbox):
     out = ws.output(sid, s, max_bytes=1024)
     assert out["dropped_bytes"] > 0
     assert out["output"].startswith("[locale2b: ") and "dropped" in out["output"]
+    assert out["offset"] == out["dropped_bytes"]  # what is kept starts right after what was dropped
     text = ws.output(sid, s, offset=out["next_offset"], max_bytes=16 * MiB)
-    assert text["output"].rstrip().endswith("end-of-output")
+    assert text["dropped_bytes"] == 0 and text["offset"] == out["next_offset"]
+    assert set(text["output"].rstrip("end-of-output\r\n")) == {"y"}
+    # Not asserted: the last line. envd's PTYs (node-pty) can lose the last few KiB a process writes just
+    # before it exits (see docs/workspace-api.md, "Not there (yet)"), whichever API reads them.
 
 
 def test_pause_resume_keeps_processes_and_files(ws, sandbox):
