@@ -6,6 +6,7 @@ import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
 import { benchStream } from "./stream.js";
 import { benchVm } from "./vm/index.js";
+import { benchWorkspace } from "./workspace/index.js";
 
 /**
  * `npm run bench [-- exec|stream|files ...]`: runs the named benchmarks (all
@@ -20,6 +21,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   sandboxes: benchControlPlane,
   vm: benchVm,
   ports: benchPorts,
+  workspace: benchWorkspace,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -41,6 +43,10 @@ sandboxes (the control plane, process runtime):
 ports (a server in a sandbox through getHost(port) vs directly, process runtime):
   LOCALE2B_BENCH_PORT_BYTES=256M bytes per GET (repeated LOCALE2B_BENCH_REPS times)
   LOCALE2B_BENCH_PORT_N=500      small GETs and echo round trips per path
+workspace (the workspace API, process runtime):
+  LOCALE2B_BENCH_WORKSPACE_PARTS only these parts, e.g. "1,3" (1 exec, 2 session echo, 3 event stream)
+  LOCALE2B_BENCH_WS_SANDBOXES=100 sandboxes running commands at once (part 3)
+  LOCALE2B_BENCH_WS_COMMANDS=50  commands each of them runs (part 3)
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

@@ -14,6 +14,11 @@ import { registerSandboxService } from "./api/connect/service.js";
 import type { ApiDeps } from "./api/deps.js";
 import { createEnvdProxy } from "./api/proxy/proxy.js";
 import { createRestApi } from "./api/rest/router.js";
+import { createWorkspaceApi, WORKSPACE_PREFIX } from "./api/workspace/router.js";
+import type { WorkspaceSettings } from "./api/workspace/deps.js";
+import { DEFAULT_ACTIVITY, startActivity, type Activity, type ActivitySettings } from "./activity.js";
+import { EnvdRpc } from "./transport/envd-rpc.js";
+import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
 import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js";
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
 import { ProcessRuntime } from "./runtimes/process/process-runtime.js";
@@ -46,17 +51,31 @@ export interface ControlPlaneOptions {
   domain?: string;
   /** An API key to accept (LOCALE2B_API_KEY); otherwise the first start creates one. */
   apiKey?: string;
+  /** Retention of events, audit and metrics history; session buffers (defaults: DEFAULT_ACTIVITY). */
+  activity?: Partial<ActivitySettings>;
+  /** The workspace API's defaults and limits (defaults: DEFAULT_WORKSPACE). */
+  workspace?: Partial<WorkspaceSettings>;
   log?: Logger;
 }
 
+export const DEFAULT_WORKSPACE: WorkspaceSettings = {
+  idleTimeoutSeconds: 3600,
+  jsonFileBytes: 32 * 1024 * 1024,
+  execOutputBytes: 16 * 1024 * 1024,
+};
+
 export interface RunningControlPlane {
   url: string;
+  /** The workspace API's base URL (LOCALE2B_BASE_URL): url + /workspace. */
+  workspaceUrl: string;
   port: number;
   /** Set when this start created the first API key: it is shown once. */
   createdApiKey?: string;
   manager: SandboxManager;
   store: SqliteStore;
   runtime: Runtime;
+  /** Events, audit log, sessions and metrics history. */
+  activity: Activity;
   notes: string[];
   close(): Promise<void>;
 }
@@ -97,6 +116,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     templateRuntime: opts.templateRuntime ?? ((id) => catalog.runtimeOf(id)),
   });
   const pool = new AgentPool();
+  const envdRpc = new EnvdRpc(pool);
   const manager = new SandboxManager({
     store,
     runtime,
@@ -110,16 +130,41 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
     warmPool: opts.warmPool,
+    prepare: (rec, socketPath, dir) =>
+      prepareWorkspaceDir(envdRpc, { sandboxId: rec.id, socketPath, token: rec.envdAccessToken }, dir, "user", log.child({ sandboxId: rec.id })),
     log,
   });
   await manager.start();
+  const activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.
-  const deps: ApiDeps = { manager, store, pool, metrics, log, domain: domain.replace(/:\d+$/, ""), publicDomain: domain };
+  const deps: ApiDeps = {
+    manager,
+    store,
+    pool,
+    metrics,
+    log,
+    domain: domain.replace(/:\d+$/, ""),
+    publicDomain: domain,
+    events: activity.bus,
+    audit: activity.audit,
+    history: activity.history,
+  };
 
   const proxy = createEnvdProxy(deps);
   const rest = createRestApi(deps);
+  const workspace = createWorkspaceApi({
+    manager,
+    store,
+    pool,
+    rpc: envdRpc,
+    ...activity,
+    settings: { ...DEFAULT_WORKSPACE, ...opts.workspace },
+    runtime: runtime.name,
+    version: process.env.npm_package_version ?? "0.1.0",
+    log,
+  });
   const rpc = connectAdapter({
     jsonOptions: { ignoreUnknownFields: true },
     routes(router) {
@@ -132,6 +177,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     if (proxy.matches(req)) return proxy.handle(req, res);
     if (applyCors(req, res)) return;
+    if (workspace.matches(req)) return workspace.handle(req, res);
     if (req.url === "/health") {
       res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
       return;
@@ -141,7 +187,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       for (const s of manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
         states[s.state] = (states[s.state] ?? 0) + 1;
       }
-      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory()));
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory()) + activity.renderPrometheus());
       return;
     }
     rpc(req, res);
@@ -159,17 +205,20 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes }, "control plane listening");
   return {
     url,
+    workspaceUrl: `${url}${WORKSPACE_PREFIX}`,
     port,
     createdApiKey,
     manager,
     store,
     runtime,
+    activity,
     notes,
     async close() {
       const closed = listener.close();
       server.close();
       await closed;
       proxy.close();
+      await activity.close();
       await manager.close();
       metrics.close();
       store.close();

@@ -1,6 +1,7 @@
 import "./polyfill/base64.js";
 import { spawn } from "node:child_process";
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { ActivityLog } from "./activity/log.js";
 import type { EnvdContext } from "./context.js";
 import { createLogger, type Logger } from "./log.js";
 import { HybridServer } from "./server/hybrid.js";
@@ -41,7 +42,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
     accessToken: opts.accessToken,
     envVars: opts.envVars,
   });
-  const context: EnvdContext = { state, users, log };
+  const context: EnvdContext = { state, users, log, activity: new ActivityLog() };
   const handler = createEnvdHandler(context);
   const handle = (req: unknown, res: unknown) => handler.handle(req as IncomingMessage, res as ServerResponse);
 

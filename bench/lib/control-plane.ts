@@ -29,6 +29,8 @@ export interface SandboxHandle {
 
 export interface ControlPlaneChild {
   url: string;
+  /** The key it accepts (X-API-Key). */
+  apiKey: string;
   pid: number;
   dataDir: string;
   child: ChildProcess;
@@ -222,6 +224,7 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
 
   const cp: ControlPlaneChild = {
     url,
+    apiKey,
     pid: child.pid!,
     dataDir,
     child,

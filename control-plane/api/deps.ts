@@ -1,4 +1,7 @@
 import type { Logger } from "pino";
+import type { AuditLog } from "../audit/audit-log.js";
+import type { EventBus } from "../events/bus.js";
+import type { MetricsHistory } from "../metrics/history.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
@@ -19,4 +22,10 @@ export interface ApiDeps {
    * (browsers and curl send *.localhost to the loopback address).
    */
   publicDomain: string;
+  /** Events of every API (the Connect event stream's activity events). */
+  events?: EventBus;
+  /** Where REST and Connect requests are audited. */
+  audit?: AuditLog;
+  /** Metrics history (E2B's GET /sandboxes/{id}/metrics ranges). */
+  history?: MetricsHistory;
 }

@@ -13,6 +13,7 @@ Commands:
   sandbox   create, list, exec in, pause, resume and kill sandboxes of a
             running server
   keys      create, list and revoke API keys
+  audit     export the audit log (who did what to which sandbox) as JSON Lines
   envd      run envd (the in-sandbox agent) standalone on a TCP or Unix socket
   doctor    check this host for the microVM runtimes (QEMU, vsock, KVM, kernel)
   template  build guest images (root filesystems) from rootfs/templates/; list them
@@ -50,6 +51,8 @@ async function main(argv: string[]): Promise<number> {
     case "keys":
     case "key":
       return (await import("./keys-command.js")).runKeysCommand(rest);
+    case "audit":
+      return (await import("./audit-command.js")).runAuditCommand(rest);
     case "doctor":
       return (await import("./doctor-command.js")).runDoctorCommand(rest);
     case "template":

@@ -4,14 +4,19 @@ import { startControlPlane, DEFAULT_LIMITS, type RunningControlPlane } from "../
 import { imagesDir } from "../images/layout.js";
 import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../config.js";
 import { createRuntime, isRuntimeName, RUNTIME_NAMES, type RuntimeName } from "../runtimes/select.js";
+import type { ActivitySettings } from "../activity.js";
+import type { WorkspaceSettings } from "../api/workspace/deps.js";
+import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
 
 const HELP = `Usage: locale2b serve [options]
 
 Runs the locale2b control plane: the E2B REST API, the Connect API
-(locale2b.controlplane.v1, with gRPC reflection) and the envd proxy, on one
-port, plus GET /health and Prometheus GET /metrics. Point the E2B SDKs at it
-with E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (printed at start).
+(locale2b.controlplane.v1, with gRPC reflection), the envd proxy and the
+workspace API (under /workspace) on one port, plus GET /health and
+Prometheus GET /metrics. Point the E2B SDKs at it with E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY, an agent harness with LOCALE2B_BASE_URL and
+LOCALE2B_API_KEY (all printed at start).
 
 Options:
   -p, --port N               port (default: $PORT or ${DEFAULT_PORT}; 0 picks a free one)
@@ -35,6 +40,22 @@ Options:
                              firecracker (Firecracker microVMs; needs hardware KVM).
                              Default: $LOCALE2B_RUNTIME, else process. 'locale2b doctor'
                              says what a host has; scripts/setup-host installs it
+      --audit-retention-days N     keep audit entries N days (default 30;
+                                   $LOCALE2B_AUDIT_RETENTION_DAYS)
+      --event-retention-hours N    keep events N hours for replay (default 24;
+                                   $LOCALE2B_EVENT_RETENTION_HOURS)
+      --metrics-interval-s N       sample every running sandbox every N seconds
+                                   (default 5; $LOCALE2B_METRICS_INTERVAL_S)
+      --metrics-retention-hours N  keep metric samples N hours (default 24;
+                                   $LOCALE2B_METRICS_RETENTION_HOURS)
+      --session-buffer-mb N        output kept per background session (default 8;
+                                   $LOCALE2B_SESSION_BUFFER_MB)
+      --no-sandbox-activity        do not watch what runs inside sandboxes: no exec.*
+                                   and file.* events and audit entries (lifecycle
+                                   events and API requests are still recorded)
+      --workspace-idle-timeout-s N a workspace sandbox pauses after N idle seconds
+                                   and resumes on the next call (default 3600;
+                                   $LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S)
   -h, --help                 show this help
 
 Environment:
@@ -59,6 +80,8 @@ export interface ServeOptions {
   apiKey?: string;
   runtime: RuntimeName;
   warmPool: number;
+  activity: Partial<ActivitySettings>;
+  workspace: Partial<WorkspaceSettings>;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -73,6 +96,13 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       domain: { type: "string" },
       runtime: { type: "string" },
       "warm-pool": { type: "string" },
+      "audit-retention-days": { type: "string" },
+      "event-retention-hours": { type: "string" },
+      "metrics-interval-s": { type: "string" },
+      "metrics-retention-hours": { type: "string" },
+      "session-buffer-mb": { type: "string" },
+      "workspace-idle-timeout-s": { type: "string" },
+      "no-sandbox-activity": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -95,6 +125,31 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     apiKey,
     runtime,
     warmPool: intOption(values["warm-pool"] ?? env.LOCALE2B_WARM_POOL, "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
+    ...activityOptions(values, env),
+  };
+}
+
+/** The retention, sampling and session options (flags, then their LOCALE2B_* variables). */
+function activityOptions(values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): Pick<ServeOptions, "activity" | "workspace"> {
+  const opt = (flag: string, variable: string, min: number, max: number) =>
+    intOption((values[flag] as string | undefined) ?? env[variable], `--${flag}`, "serve", { min, max });
+  const auditDays = opt("audit-retention-days", "LOCALE2B_AUDIT_RETENTION_DAYS", 1, 3650);
+  const eventHours = opt("event-retention-hours", "LOCALE2B_EVENT_RETENTION_HOURS", 1, 24 * 365);
+  const intervalS = opt("metrics-interval-s", "LOCALE2B_METRICS_INTERVAL_S", 1, 3600);
+  const metricsHours = opt("metrics-retention-hours", "LOCALE2B_METRICS_RETENTION_HOURS", 1, 24 * 365);
+  const bufferMB = opt("session-buffer-mb", "LOCALE2B_SESSION_BUFFER_MB", 1, 4096);
+  const idleS = opt("workspace-idle-timeout-s", "LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S", 10, 24 * 3600);
+  const HOUR = 3_600_000;
+  return {
+    activity: {
+      ...(values["no-sandbox-activity"] ? { watchSandboxes: false } : {}),
+      ...(auditDays !== undefined ? { auditRetentionMs: auditDays * 24 * HOUR } : {}),
+      ...(eventHours !== undefined ? { eventRetentionMs: eventHours * HOUR } : {}),
+      ...(intervalS !== undefined ? { metricsIntervalMs: intervalS * 1000 } : {}),
+      ...(metricsHours !== undefined ? { metricsRetentionMs: metricsHours * HOUR } : {}),
+      ...(bufferMB !== undefined ? { sessionBufferBytes: bufferMB * 1024 * 1024 } : {}),
+    },
+    workspace: idleS !== undefined ? { idleTimeoutSeconds: idleS } : {},
   };
 }
 
@@ -114,13 +169,21 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
     `  export E2B_API_URL=${url}`,
     `  export E2B_SANDBOX_URL=${url}`,
   ];
+  const workspace = [
+    "",
+    "Point an agent harness at its workspace API (same sandboxes, same keys, X-API-Key header):",
+    `  export LOCALE2B_BASE_URL=${url}${WORKSPACE_PREFIX}`,
+  ];
   if (cp.createdApiKey) {
-    lines.push(`  export E2B_API_KEY=${cp.createdApiKey}`, "", "This API key was created now and is shown once: store it. (More: 'locale2b keys create'.)");
+    lines.push(`  export E2B_API_KEY=${cp.createdApiKey}`, ...workspace, `  export LOCALE2B_API_KEY=${cp.createdApiKey}`);
+    lines.push("", "This API key was created now and is shown once: store it. (More: 'locale2b keys create'.)");
   } else if (opts.apiKey) {
-    lines.push(`  export E2B_API_KEY="$LOCALE2B_API_KEY"`, "", "Use the key this server was given in LOCALE2B_API_KEY.");
+    lines.push(`  export E2B_API_KEY="$LOCALE2B_API_KEY"`, ...workspace, "", "Use the key this server was given in LOCALE2B_API_KEY.");
   } else {
     lines.push(
       "  export E2B_API_KEY=<your key>",
+      ...workspace,
+      "  export LOCALE2B_API_KEY=<your key>",
       "",
       `Use the key printed when this data dir was first served, or make one with 'locale2b keys create --data-dir ${opts.dataDir}'.`,
     );
@@ -190,6 +253,8 @@ export async function runServeCommand(args: string[]): Promise<number> {
       createRuntime: other,
       imagesDir: images,
       warmPool: opts.warmPool,
+      activity: opts.activity,
+      workspace: opts.workspace,
     });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;

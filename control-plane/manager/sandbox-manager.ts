@@ -48,6 +48,11 @@ export interface ManagerOptions {
   readyTimeoutMs: number;
   /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
   warmPool?: number;
+  /**
+   * Runs once a new sandbox's envd has its settings, before the create is
+   * answered (the workspace API makes /workspace there). Must not throw.
+   */
+  prepare?: (sandbox: SandboxRecord, socketPath: string, dir: string) => Promise<void>;
   log: Logger;
 }
 
@@ -257,6 +262,7 @@ export class SandboxManager {
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
+        await this.o.prepare?.(rec, inst.socketPath, dir);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
@@ -281,6 +287,7 @@ export class SandboxManager {
         checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         await pushInit(this.o.envd, rec, warm.inst);
+        await this.o.prepare?.(rec, warm.inst.socketPath, this.dir(warm.id));
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
@@ -441,6 +448,14 @@ export class SandboxManager {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
     }
     return { sandbox: rec, socketPath: this.instance(rec).socketPath };
+  }
+
+  /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
+  runningSocket(id: string): { sandbox: SandboxRecord; socketPath: string } | undefined {
+    const rec = this.o.store.getSandbox(id);
+    const inst = this.instances.get(id);
+    if (!rec || rec.state !== "running" || !inst) return undefined;
+    return { sandbox: rec, socketPath: inst.socketPath };
   }
 
   async stats(id: string) {

@@ -1,6 +1,7 @@
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { statSync } from "node:fs";
+import { performance } from "node:perf_hooks";
 import type { StartRequest, StartResponseSchema } from "../../gen/ts/process/process_pb.js";
 import { requestUser } from "../auth/user.js";
 import type { EnvdContext } from "../context.js";
@@ -70,26 +71,40 @@ export async function* start(
   if (!config || !config.cmd) throw new ConnectError("process.cmd is required", Code.InvalidArgument);
   checkNoNul(config);
   const user = requestUser(ctx, hctx);
-  const cwd = resolveCwd(ctx, user, config.cwd);
   const pty = req.pty?.size ? { cols: req.pty.size.cols, rows: req.pty.size.rows } : undefined;
-  if (req.pty && !pty) throw new ConnectError("pty.size is required for a PTY process", Code.InvalidArgument);
-
-  const handle = await ProcessHandle.spawn({
-    cmd: config.cmd,
-    args: config.args,
-    env: processEnv(ctx, user, config.envs),
-    cwd,
-    ...credentials(user),
-    stdin: req.stdin ?? true,
-    pty,
-  });
+  let cwd = config.cwd ?? "";
+  let handle: ProcessHandle;
+  try {
+    cwd = resolveCwd(ctx, user, config.cwd);
+    if (req.pty && !pty) throw new ConnectError("pty.size is required for a PTY process", Code.InvalidArgument);
+    handle = await ProcessHandle.spawn({
+      cmd: config.cmd,
+      args: config.args,
+      env: processEnv(ctx, user, config.envs),
+      cwd,
+      ...credentials(user),
+      stdin: req.stdin ?? true,
+      pty,
+    });
+  } catch (err) {
+    const error = err instanceof ConnectError ? err.rawMessage : String(err);
+    ctx.activity.emit({ case: "processFailed", value: { cmd: config.cmd, args: config.args, cwd, user: user.name, tag: req.tag, error } });
+    throw err;
+  }
   // Subscribe before any output can be read, so the first bytes reach this stream.
   const sub = handle.mux.subscribe();
   registry.add({ handle, config, tag: req.tag });
   const lifetime = hctx.timeoutMs();
   if (lifetime !== undefined) handle.setLifetime(lifetime);
-  ctx.log.debug({ pid: handle.pid, cmd: config.cmd, user: user.name, pty: !!pty, tag: req.tag }, "process started");
-  void handle.done.then((exit) => ctx.log.debug({ pid: handle.pid, ...exit }, "process ended"));
+  const spawnedAt = performance.now();
+  const pid = handle.pid;
+  ctx.activity.emit({ case: "processStarted", value: { pid, cmd: config.cmd, args: config.args, cwd, user: user.name, tag: req.tag, pty: !!pty } });
+  ctx.log.debug({ pid, cmd: config.cmd, user: user.name, pty: !!pty, tag: req.tag }, "process started");
+  void handle.done.then((exit) => {
+    const durationMs = BigInt(Math.round(performance.now() - spawnedAt));
+    ctx.activity.emit({ case: "processEnded", value: { pid, tag: req.tag, ...exit, durationMs } });
+    ctx.log.debug({ pid, ...exit }, "process ended");
+  });
 
   yield { event: startEvent(handle.pid) };
   for await (const event of subscriptionEvents(sub, () => handle.exit, hctx)) yield { event };

@@ -1,11 +1,15 @@
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Filesystem } from "../../gen/ts/filesystem/filesystem_pb.js";
+import { ActivityService } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
+import { observeFileTransfer } from "../activity/files.js";
+import { createActivityService } from "../activity/service.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { hasValidAccessToken, UNAUTHORIZED_MESSAGE } from "../auth/access-token.js";
 import { USER_KEY, userFromAuthorization } from "../auth/user.js";
 import type { EnvdContext } from "../context.js";
 import { createFilesystemService } from "../filesystem/service.js";
+import { queryOf } from "../http/common.js";
 import { createHttpRoutes } from "../http/routes.js";
 import { sendError } from "../http/json.js";
 import { createProcessService } from "../process/service.js";
@@ -53,7 +57,8 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
     routes(router: ConnectRouter) {
       router.service(Process, processes.impl);
       router.service(Filesystem, filesystem.impl);
-      registerReflection(router, [Process.file, Filesystem.file]);
+      router.service(ActivityService, createActivityService(ctx));
+      registerReflection(router, [Process.file, Filesystem.file, ActivityService.file]);
     },
     fallback(_req, res) {
       sendError(res as ServerResponse, 404, "no such route: envd serves /health, /files, /init, /envs, /metrics and the process.Process and filesystem.Filesystem RPCs");
@@ -65,6 +70,7 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
       if (applyCors(req, res)) return;
       const path = (req.url ?? "/").split("?")[0]!;
       if (http.handles(req.method ?? "GET", path)) {
+        if (path === "/files") observeFileTransfer(ctx, req, res, queryOf(req));
         http.handle(req, res).catch((err: unknown) => {
           ctx.log.error({ err, path }, "http route failed");
           sendError(res, 500, err instanceof Error ? err.message : String(err));

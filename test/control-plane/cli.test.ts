@@ -87,7 +87,12 @@ describe("serve", () => {
       expect(first.banner).toContain(`E2B_SANDBOX_URL=${first.url}`);
       const key = /E2B_API_KEY=(\S+)/.exec(first.banner)?.[1];
       expect(key).toMatch(new RegExp(`^${KEY_RE.source}$`));
-      expect(first.banner.match(new RegExp(KEY_RE.source, "g"))).toHaveLength(1);
+      // Once for the E2B SDK, once for a workspace-API harness: the same key.
+      expect(first.banner.match(new RegExp(KEY_RE.source, "g"))).toEqual([key, key]);
+      expect(first.banner).toContain(`LOCALE2B_BASE_URL=${first.url}/workspace`);
+      expect(first.banner).toContain(`LOCALE2B_API_KEY=${key}`);
+      const wsHealth = await fetch(`${first.url}/workspace/health`);
+      expect(await wsHealth.json()).toMatchObject({ status: "ok", runtime: "process" });
       expect(first.banner).toMatch(/shown once/);
       expect(first.banner).toMatch(/Runtime 'process'/);
       const health = await fetch(`${first.url}/health`);

@@ -116,6 +116,7 @@ describe("reflection service through the generated TS client", () => {
       "filesystem.Filesystem",
       "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection",
+      "locale2b.envd.v1.ActivityService",
       "process.Process",
     ]);
   });

@@ -15,6 +15,7 @@ import {
   type SandboxRecord,
   type SandboxState as DomainState,
 } from "../../manager/types.js";
+import { WORKSPACE_METADATA } from "../../workspace/metadata.js";
 
 const STATES: Record<DomainState, SandboxState> = {
   creating: SandboxState.CREATING,
@@ -69,6 +70,7 @@ export function sandboxToProto(r: SandboxRecord): MessageInitShape<typeof Sandbo
     allowInternetAccess: r.allowInternetAccess,
     alias: r.alias ?? "",
     endReason: r.state === "killed" ? (r.endReason ?? "") : "",
+    workspaceId: r.metadata[WORKSPACE_METADATA] ?? "",
   };
 }
 

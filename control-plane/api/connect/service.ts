@@ -13,6 +13,7 @@ import type { CreateSandboxInput } from "../../manager/types.js";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";
+import { auditInterceptor, CALLER_KEY } from "./audit.js";
 import { page } from "./paging.js";
 import { watchEvents } from "./watch.js";
 
@@ -22,7 +23,9 @@ export const DEFAULT_TIMEOUT_SECONDS = 300;
 /** UNAUTHENTICATED unless the request carries a valid key (X-API-KEY or Authorization: Bearer). */
 export function authInterceptor(deps: Pick<ApiDeps, "store">): Interceptor {
   return (next) => async (req) => {
-    if (!apiKeyFromHeaders(deps.store, req.header)) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
+    const known = req.contextValues.get(CALLER_KEY);
+    const key = known === undefined ? apiKeyFromHeaders(deps.store, req.header) : known;
+    if (!key) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
     return next(req);
   };
 }
@@ -120,8 +123,8 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
           return { endAt: timestampFromMs(rec.endAt) };
         }),
 
-      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx),
+      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx, undefined, deps.events, (id) => deps.store.getSandbox(id)),
     },
-    { interceptors: [authInterceptor(deps)] },
+    { interceptors: [auditInterceptor(deps), authInterceptor(deps)] },
   );
 }

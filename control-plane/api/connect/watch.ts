@@ -8,8 +8,11 @@ import {
   type WatchSandboxEventsRequest,
   type WatchSandboxEventsResponseSchema,
 } from "../../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
+import type { EventBus } from "../../events/bus.js";
+import { eventFilter, EventFilterError, listValues } from "../../events/filter.js";
+import type { EventType, SandboxEvent } from "../../events/types.js";
 import type { EventFilter, LifecycleBus } from "../../manager/events.js";
-import type { LifecycleEvent } from "../../manager/types.js";
+import type { LifecycleEvent, SandboxRecord } from "../../manager/types.js";
 import { eventTypeToProto, sandboxToProto } from "./convert.js";
 
 type Out = MessageInitShape<typeof WatchSandboxEventsResponseSchema>;
@@ -59,8 +62,63 @@ export class BoundedQueue<T> {
   }
 }
 
+const LIFECYCLE_NAMES: Record<LifecycleEvent["type"], string> = {
+  created: "sandbox.created",
+  paused: "sandbox.paused",
+  resumed: "sandbox.resumed",
+  killed: "sandbox.destroyed",
+  timed_out: "sandbox.timed_out",
+};
+
 export function eventToProto(e: LifecycleEvent): Out {
-  return { type: eventTypeToProto(e.type), sandbox: sandboxToProto(e.sandbox), time: timestampFromMs(e.time) };
+  return {
+    type: eventTypeToProto(e.type),
+    sandbox: sandboxToProto(e.sandbox),
+    time: timestampFromMs(e.time),
+    eventType: LIFECYCLE_NAMES[e.type],
+    sandboxId: e.sandbox.id,
+  };
+}
+
+const TYPES: Record<EventType, SandboxEventType> = {
+  "sandbox.created": SandboxEventType.CREATED,
+  "sandbox.paused": SandboxEventType.PAUSED,
+  "sandbox.resumed": SandboxEventType.RESUMED,
+  "sandbox.destroyed": SandboxEventType.KILLED,
+  "exec.started": SandboxEventType.EXEC_STARTED,
+  "exec.completed": SandboxEventType.EXEC_COMPLETED,
+  "exec.failed": SandboxEventType.EXEC_FAILED,
+  "file.read": SandboxEventType.FILE_READ,
+  "file.written": SandboxEventType.FILE_WRITTEN,
+};
+
+/** An event of the event bus (any API's) as a WatchSandboxEvents message. */
+export function busEventToProto(e: SandboxEvent, sandbox: SandboxRecord | undefined): Out {
+  const activity = e.event_type.startsWith("exec.") || e.event_type.startsWith("file.");
+  return {
+    type: TYPES[e.event_type],
+    ...(!activity && sandbox ? { sandbox: sandboxToProto(sandbox) } : {}),
+    time: timestampFromMs(Date.parse(e.timestamp)),
+    eventType: e.event_type,
+    sandboxId: e.sandbox_id,
+    id: BigInt(e.id),
+    ...(activity
+      ? {
+          activity: {
+            sessionId: e.session_id ?? "",
+            command: e.command ?? "",
+            pid: e.pid ?? 0,
+            ...(e.exit_code !== undefined ? { exitCode: e.exit_code } : {}),
+            ...(e.duration_ms !== undefined ? { durationMs: BigInt(e.duration_ms) } : {}),
+            path: e.path ?? "",
+            ...(e.bytes !== undefined ? { bytes: BigInt(e.bytes) } : {}),
+            error: e.error ?? "",
+            cwd: e.cwd ?? "",
+            user: e.user ?? "",
+          },
+        }
+      : {}),
+  };
 }
 
 /**
@@ -73,7 +131,13 @@ export async function* watchEvents(
   req: WatchSandboxEventsRequest,
   ctx: HandlerContext,
   limit = WATCH_QUEUE_LIMIT,
+  events?: EventBus,
+  lookup?: (id: string) => SandboxRecord | undefined,
 ): AsyncGenerator<Out> {
+  if (req.eventTypes.length && events) {
+    yield* watchAll(events, req, ctx, limit, lookup ?? (() => undefined));
+    return;
+  }
   const filter: EventFilter = {};
   if (req.sandboxId.trim()) filter.sandboxId = req.sandboxId.trim();
   if (Object.keys(req.metadata).length) filter.metadata = { ...req.metadata };
@@ -94,5 +158,56 @@ export async function* watchEvents(
     }
   } finally {
     unsubscribe();
+  }
+}
+
+/**
+ * The stream with event_types: every API's events from the event bus (the
+ * same ones the workspace API's SSE stream carries), each subscriber with
+ * its own bounded queue: one that falls `limit` behind gets
+ * RESOURCE_EXHAUSTED (and may watch again, e.g. after listing).
+ */
+async function* watchAll(
+  events: EventBus,
+  req: WatchSandboxEventsRequest,
+  ctx: HandlerContext,
+  limit: number,
+  lookup: (id: string) => SandboxRecord | undefined,
+): AsyncGenerator<Out> {
+  let filter;
+  try {
+    filter = eventFilter(req.sandboxId.trim() ? [req.sandboxId.trim()] : [], listValues(req.eventTypes));
+  } catch (err) {
+    if (err instanceof EventFilterError) throw new ConnectError(err.message, Code.InvalidArgument);
+    throw err;
+  }
+  const metadata = Object.entries(req.metadata);
+  const matchesMetadata = new Map<string, boolean>();
+  const wanted = (sandboxId: string): boolean => {
+    if (metadata.length === 0) return true;
+    let ok = matchesMetadata.get(sandboxId);
+    if (ok === undefined) {
+      const rec = lookup(sandboxId);
+      ok = !!rec && metadata.every(([k, v]) => rec.metadata[k] === v);
+      matchesMetadata.set(sandboxId, ok);
+    }
+    return ok;
+  };
+  const sub = events.subscribe(filter, limit);
+  try {
+    yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()) };
+    for (;;) {
+      const next = await sub.next(ctx.signal);
+      if (next.kind === "closed") return;
+      if (next.kind === "overflow") {
+        events.noteOverflow();
+        throw new ConnectError(`the client fell more than ${limit} events behind: list the sandboxes again and start a new watch`, Code.ResourceExhausted);
+      }
+      const e = next.event;
+      if (!wanted(e.sandbox_id)) continue;
+      yield busEventToProto(e, e.event_type.startsWith("sandbox.") ? lookup(e.sandbox_id) : undefined);
+    }
+  } finally {
+    sub.close();
   }
 }

@@ -1,7 +1,16 @@
 import { ControlPlaneError } from "../../manager/types.js";
 import { HttpError, sendJson } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
+import type { MetricSample } from "../../metrics/history.js";
 import { toMetric } from "./serialize.js";
+
+/** A history sample as E2B's SandboxMetric. */
+function sampleToMetric(s: MetricSample): Record<string, unknown> {
+  return toMetric(
+    { cpuCount: s.cpuCount, cpuUsedPct: s.cpuUsedPct, memUsedBytes: s.memUsed, memTotalBytes: s.memTotal, diskUsedBytes: s.diskUsed, diskTotalBytes: s.diskTotal },
+    s.time,
+  );
+}
 
 function unixSeconds(query: URLSearchParams, name: string): number | undefined {
   const raw = query.get(name);
@@ -11,18 +20,33 @@ function unixSeconds(query: URLSearchParams, name: string): number | undefined {
 }
 
 /**
- * GET /sandboxes/{id}/metrics: the runtime keeps no history, so the answer
- * is one current sample (start/end are validated; the sample is "now").
+ * GET /sandboxes/{id}/metrics[?start=&end=] (unix seconds): the samples of
+ * the metrics history in that range (default: from the sandbox's start to
+ * now), oldest first. A range that reaches now but has no sample yet (a
+ * sandbox younger than the sampling interval) gets one taken now.
  */
 async function sandboxMetrics({ res, params, query, deps }: RestContext): Promise<void> {
   const start = unixSeconds(query, "start");
   const end = unixSeconds(query, "end");
   if (start !== undefined && end !== undefined && start > end) throw new HttpError(400, `start (${start}) is after end (${end})`);
-  const { stats } = await deps.manager.stats(params.sandboxID!);
-  sendJson(res, 200, [toMetric(stats)]);
+  const rec = deps.manager.get(params.sandboxID!);
+  if (!deps.history) {
+    sendJson(res, 200, [toMetric((await deps.manager.stats(rec.id)).stats)]);
+    return;
+  }
+  const now = Date.now();
+  const fromMs = start !== undefined ? start * 1000 : rec.startedAt - 1000;
+  // `end` is a whole second: it covers that second.
+  const toMs = end !== undefined ? end * 1000 + 999 : now;
+  const samples = deps.history.range(rec.id, fromMs, toMs);
+  if (samples.length === 0 && toMs >= now - deps.history.intervalMs && rec.state === "running") {
+    const s = await deps.history.sampleOne(rec.id);
+    if (s) samples.push(s);
+  }
+  sendJson(res, 200, samples.map(sampleToMetric));
 }
 
-/** GET /sandboxes/metrics?sandbox_ids=a,b: the current sample of each existing sandbox (unknown ids are left out). */
+/** GET /sandboxes/metrics?sandbox_ids=a,b: the latest sample of each existing sandbox (unknown ids are left out). */
 async function manyMetrics({ res, query, deps }: RestContext): Promise<void> {
   const ids = [
     ...new Set(
@@ -39,7 +63,8 @@ async function manyMetrics({ res, query, deps }: RestContext): Promise<void> {
   await Promise.all(
     ids.map(async (id) => {
       try {
-        sandboxes[id] = toMetric((await deps.manager.stats(id)).stats);
+        const latest = deps.history?.latestOf(id) ?? (deps.manager.get(id).state === "running" ? await deps.history?.sampleOne(id) : undefined);
+        sandboxes[id] = latest ? sampleToMetric(latest) : toMetric((await deps.manager.stats(id)).stats);
       } catch (err) {
         if (!(err instanceof ControlPlaneError && (err.kind === "not_found" || err.kind === "unavailable"))) throw err;
       }

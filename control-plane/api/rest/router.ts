@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { performance } from "node:perf_hooks";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
 import { sendError, sendFailure } from "./errors.js";
@@ -14,22 +15,24 @@ export interface RestContext {
   params: Record<string, string>;
   query: URLSearchParams;
   deps: ApiDeps;
+  /** What the request's audit entry records beside the route (a create names its new sandbox here). */
+  note?: { sandboxId?: string };
 }
 
 export type Handler = (ctx: RestContext) => Promise<void>;
 
-export interface Route {
+export interface Route<H = Handler> {
   method: string;
   /** `/sandboxes/:sandboxID/pause`: `:name` segments are parameters. */
   path: string;
-  handler: Handler;
+  handler: H;
 }
 
-interface Compiled extends Route {
+interface Compiled<H> extends Route<H> {
   segments: string[];
 }
 
-type Match = { handler: Handler; params: Record<string, string> } | { allowed: string[] } | undefined;
+type Match<H> = { handler: H; params: Record<string, string>; path: string } | { allowed: string[] } | undefined;
 
 /**
  * A small method + path matcher. Routes are tried in order, so literal
@@ -37,21 +40,21 @@ type Match = { handler: Handler; params: Record<string, string> } | { allowed: s
  * (`/sandboxes/:sandboxID`). A path that exists under other methods yields
  * those methods (→ 405).
  */
-export class Router {
-  private readonly routes: Compiled[] = [];
+export class Router<H = Handler> {
+  private readonly routes: Compiled<H>[] = [];
 
-  add(...routes: Route[]): this {
+  add(...routes: Route<H>[]): this {
     for (const r of routes) this.routes.push({ ...r, segments: r.path.split("/").slice(1) });
     return this;
   }
 
-  match(method: string, pathname: string): Match {
+  match(method: string, pathname: string): Match<H> {
     const parts = (pathname.length > 1 && pathname.endsWith("/") ? pathname.slice(0, -1) : pathname).split("/").slice(1);
     const allowed = new Set<string>();
     for (const r of this.routes) {
       const params = matchSegments(r.segments, parts);
       if (!params) continue;
-      if (r.method === method) return { handler: r.handler, params };
+      if (r.method === method) return { handler: r.handler, params, path: r.path };
       allowed.add(r.method);
     }
     return allowed.size ? { allowed: [...allowed] } : undefined;
@@ -79,6 +82,35 @@ function matchSegments(segments: string[], parts: string[]): Record<string, stri
 }
 
 /**
+ * One audit entry per E2B REST request: the key, the route, the sandbox (a
+ * create's comes from its answer) and the status; failures with the error
+ * message E2B's `{code, message}` body carried.
+ */
+function auditRequest(deps: ApiDeps, res: ServerResponse, a: Audited, t0: number): void {
+  if (!deps.audit) return;
+  const status = res.statusCode;
+  const sandboxId = a.sandboxId ?? a.note.sandboxId;
+  deps.audit.record({
+    actor: a.actor,
+    api: "e2b",
+    action: a.action,
+    ...(sandboxId ? { sandbox_id: sandboxId } : {}),
+    result: status < 400 ? "ok" : "error",
+    status,
+    ...(a.error && status >= 400 ? { message: a.error } : {}),
+    duration_ms: Math.round(performance.now() - t0),
+  });
+}
+
+interface Audited {
+  action: string;
+  actor: string;
+  sandboxId?: string;
+  note: { sandboxId?: string };
+  error?: string;
+}
+
+/**
  * The E2B control-plane REST API (the part the SDKs and CLI use). Unknown
  * paths are 404 and known paths under another method 405, both as JSON;
  * every route needs a valid API key (`X-API-KEY`), else 401.
@@ -92,6 +124,8 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
     ...logRoutes,
   );
   return async (req, res) => {
+    const t0 = performance.now();
+    let audited: Audited | undefined;
     try {
       const url = new URL(req.url ?? "/", "http://localhost");
       const method = req.method === "HEAD" ? "GET" : (req.method ?? "GET");
@@ -102,10 +136,15 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
           allow: m.allowed.join(", "),
         });
       }
-      if (!apiKeyFromHeaders(deps.store, req.headers)) return sendError(res, 401, MISSING_KEY_MESSAGE);
-      await m.handler({ req, res, params: m.params, query: url.searchParams, deps });
+      const key = apiKeyFromHeaders(deps.store, req.headers);
+      audited = { action: `${method} ${m.path}`, actor: key?.id ?? "anonymous", ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
+      if (!key) return sendError(res, 401, MISSING_KEY_MESSAGE);
+      await m.handler({ req, res, params: m.params, query: url.searchParams, deps, note: audited.note });
     } catch (err) {
+      if (audited) audited.error = (err as Error)?.message;
       sendFailure(res, err, deps.log);
+    } finally {
+      if (audited) auditRequest(deps, res, audited, t0);
     }
   };
 }

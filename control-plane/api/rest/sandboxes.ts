@@ -44,10 +44,11 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
 }
 
 function create(v2: boolean) {
-  return async ({ req, res, deps }: RestContext): Promise<void> => {
+  return async ({ req, res, deps, note }: RestContext): Promise<void> => {
     const input = parseNewSandbox(await readJsonObject(req), v2);
     const started = performance.now();
     const rec = await deps.manager.create(input);
+    if (note) note.sandboxId = rec.id;
     deps.metrics.observeCreate((performance.now() - started) / 1000);
     sendJson(res, 201, toSandbox(rec, deps.publicDomain));
   };

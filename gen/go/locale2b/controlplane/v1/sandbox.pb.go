@@ -155,27 +155,45 @@ const (
 	// The first message of every WatchSandboxEvents stream, without a sandbox:
 	// the subscription is active.
 	SandboxEventType_SANDBOX_EVENT_TYPE_SUBSCRIBED SandboxEventType = 6
+	// Activity in a sandbox (only with event_types): a process started, ended
+	// with exit code 0, ended otherwise (or never started); a file was
+	// downloaded or uploaded. Details in `activity`.
+	SandboxEventType_SANDBOX_EVENT_TYPE_EXEC_STARTED   SandboxEventType = 7
+	SandboxEventType_SANDBOX_EVENT_TYPE_EXEC_COMPLETED SandboxEventType = 8
+	SandboxEventType_SANDBOX_EVENT_TYPE_EXEC_FAILED    SandboxEventType = 9
+	SandboxEventType_SANDBOX_EVENT_TYPE_FILE_READ      SandboxEventType = 10
+	SandboxEventType_SANDBOX_EVENT_TYPE_FILE_WRITTEN   SandboxEventType = 11
 )
 
 // Enum value maps for SandboxEventType.
 var (
 	SandboxEventType_name = map[int32]string{
-		0: "SANDBOX_EVENT_TYPE_UNSPECIFIED",
-		1: "SANDBOX_EVENT_TYPE_CREATED",
-		2: "SANDBOX_EVENT_TYPE_PAUSED",
-		3: "SANDBOX_EVENT_TYPE_RESUMED",
-		4: "SANDBOX_EVENT_TYPE_KILLED",
-		5: "SANDBOX_EVENT_TYPE_TIMED_OUT",
-		6: "SANDBOX_EVENT_TYPE_SUBSCRIBED",
+		0:  "SANDBOX_EVENT_TYPE_UNSPECIFIED",
+		1:  "SANDBOX_EVENT_TYPE_CREATED",
+		2:  "SANDBOX_EVENT_TYPE_PAUSED",
+		3:  "SANDBOX_EVENT_TYPE_RESUMED",
+		4:  "SANDBOX_EVENT_TYPE_KILLED",
+		5:  "SANDBOX_EVENT_TYPE_TIMED_OUT",
+		6:  "SANDBOX_EVENT_TYPE_SUBSCRIBED",
+		7:  "SANDBOX_EVENT_TYPE_EXEC_STARTED",
+		8:  "SANDBOX_EVENT_TYPE_EXEC_COMPLETED",
+		9:  "SANDBOX_EVENT_TYPE_EXEC_FAILED",
+		10: "SANDBOX_EVENT_TYPE_FILE_READ",
+		11: "SANDBOX_EVENT_TYPE_FILE_WRITTEN",
 	}
 	SandboxEventType_value = map[string]int32{
-		"SANDBOX_EVENT_TYPE_UNSPECIFIED": 0,
-		"SANDBOX_EVENT_TYPE_CREATED":     1,
-		"SANDBOX_EVENT_TYPE_PAUSED":      2,
-		"SANDBOX_EVENT_TYPE_RESUMED":     3,
-		"SANDBOX_EVENT_TYPE_KILLED":      4,
-		"SANDBOX_EVENT_TYPE_TIMED_OUT":   5,
-		"SANDBOX_EVENT_TYPE_SUBSCRIBED":  6,
+		"SANDBOX_EVENT_TYPE_UNSPECIFIED":    0,
+		"SANDBOX_EVENT_TYPE_CREATED":        1,
+		"SANDBOX_EVENT_TYPE_PAUSED":         2,
+		"SANDBOX_EVENT_TYPE_RESUMED":        3,
+		"SANDBOX_EVENT_TYPE_KILLED":         4,
+		"SANDBOX_EVENT_TYPE_TIMED_OUT":      5,
+		"SANDBOX_EVENT_TYPE_SUBSCRIBED":     6,
+		"SANDBOX_EVENT_TYPE_EXEC_STARTED":   7,
+		"SANDBOX_EVENT_TYPE_EXEC_COMPLETED": 8,
+		"SANDBOX_EVENT_TYPE_EXEC_FAILED":    9,
+		"SANDBOX_EVENT_TYPE_FILE_READ":      10,
+		"SANDBOX_EVENT_TYPE_FILE_WRITTEN":   11,
 	}
 )
 
@@ -227,7 +245,9 @@ type Sandbox struct {
 	AllowInternetAccess bool   `protobuf:"varint,15,opt,name=allow_internet_access,json=allowInternetAccess,proto3" json:"allow_internet_access,omitempty"`
 	Alias               string `protobuf:"bytes,16,opt,name=alias,proto3" json:"alias,omitempty"`
 	// Why it ended ("killed", "timeout", "died: ..."), for a killed sandbox.
-	EndReason     string `protobuf:"bytes,17,opt,name=end_reason,json=endReason,proto3" json:"end_reason,omitempty"`
+	EndReason string `protobuf:"bytes,17,opt,name=end_reason,json=endReason,proto3" json:"end_reason,omitempty"`
+	// The workspace (workspace API) this sandbox belongs to, if any.
+	WorkspaceId   string `protobuf:"bytes,18,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +397,13 @@ func (x *Sandbox) GetAlias() string {
 func (x *Sandbox) GetEndReason() string {
 	if x != nil {
 		return x.EndReason
+	}
+	return ""
+}
+
+func (x *Sandbox) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
 	}
 	return ""
 }
@@ -1121,7 +1148,13 @@ type WatchSandboxEventsRequest struct {
 	// Only events of this sandbox (empty: all).
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// Only sandboxes whose metadata contains all these pairs.
-	Metadata      map[string]string `protobuf:"bytes,2,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Metadata map[string]string `protobuf:"bytes,2,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Event types by their workspace API names: sandbox.created,
+	// sandbox.paused, sandbox.resumed, sandbox.destroyed, exec.started,
+	// exec.completed, exec.failed, file.read, file.written; `exec.*` matches a
+	// prefix, `*` everything. Empty: lifecycle events only (created, paused,
+	// resumed, killed, timed_out), as before activity events existed.
+	EventTypes    []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1170,12 +1203,26 @@ func (x *WatchSandboxEventsRequest) GetMetadata() map[string]string {
 	return nil
 }
 
+func (x *WatchSandboxEventsRequest) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
 type WatchSandboxEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  SandboxEventType       `protobuf:"varint,1,opt,name=type,proto3,enum=locale2b.controlplane.v1.SandboxEventType" json:"type,omitempty"`
-	// The sandbox as the event left it (unset for SUBSCRIBED).
-	Sandbox       *Sandbox               `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// The sandbox as the event left it (unset for SUBSCRIBED and for activity events).
+	Sandbox *Sandbox               `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	// The workspace API's name of the event (exec.started, sandbox.destroyed, ...); empty for SUBSCRIBED.
+	EventType string `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	SandboxId string `protobuf:"bytes,5,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// For exec.* and file.* events.
+	Activity *SandboxActivity `protobuf:"bytes,6,opt,name=activity,proto3" json:"activity,omitempty"`
+	// The event's id in the server's event log (0 for events not logged: SUBSCRIBED, timed_out).
+	Id            uint64 `protobuf:"varint,7,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1231,11 +1278,158 @@ func (x *WatchSandboxEventsResponse) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WatchSandboxEventsResponse) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *WatchSandboxEventsResponse) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *WatchSandboxEventsResponse) GetActivity() *SandboxActivity {
+	if x != nil {
+		return x.Activity
+	}
+	return nil
+}
+
+func (x *WatchSandboxEventsResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// What happened in a sandbox: a command (exec.*) or a file transfer (file.*).
+type SandboxActivity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The workspace API's background session, when the command is one.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The command line (for a shell's `-c`, the script it was given).
+	Command       string  `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Pid           uint32  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	ExitCode      *int32  `protobuf:"zigzag32,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	DurationMs    *uint64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3,oneof" json:"duration_ms,omitempty"`
+	Path          string  `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	Bytes         *uint64 `protobuf:"varint,7,opt,name=bytes,proto3,oneof" json:"bytes,omitempty"`
+	Error         string  `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	Cwd           string  `protobuf:"bytes,9,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	User          string  `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxActivity) Reset() {
+	*x = SandboxActivity{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxActivity) ProtoMessage() {}
+
+func (x *SandboxActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxActivity.ProtoReflect.Descriptor instead.
+func (*SandboxActivity) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SandboxActivity) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *SandboxActivity) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *SandboxActivity) GetDurationMs() uint64 {
+	if x != nil && x.DurationMs != nil {
+		return *x.DurationMs
+	}
+	return 0
+}
+
+func (x *SandboxActivity) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetBytes() uint64 {
+	if x != nil && x.Bytes != nil {
+		return *x.Bytes
+	}
+	return 0
+}
+
+func (x *SandboxActivity) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 var File_locale2b_controlplane_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"&locale2b/controlplane/v1/sandbox.proto\x12\x18locale2b.controlplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x06\n" +
+	"&locale2b/controlplane/v1/sandbox.proto\x12\x18locale2b.controlplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x06\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1f\n" +
@@ -1261,7 +1455,8 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x15allow_internet_access\x18\x0f \x01(\bR\x13allowInternetAccess\x12\x14\n" +
 	"\x05alias\x18\x10 \x01(\tR\x05alias\x12\x1d\n" +
 	"\n" +
-	"end_reason\x18\x11 \x01(\tR\tendReason\x1a;\n" +
+	"end_reason\x18\x11 \x01(\tR\tendReason\x12!\n" +
+	"\fworkspace_id\x18\x12 \x01(\tR\vworkspaceId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x05\n" +
@@ -1329,18 +1524,44 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12'\n" +
 	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\"N\n" +
 	"\x19SetSandboxTimeoutResponse\x121\n" +
-	"\x06end_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xd6\x01\n" +
+	"\x06end_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xf7\x01\n" +
 	"\x19WatchSandboxEventsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12]\n" +
-	"\bmetadata\x18\x02 \x03(\v2A.locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\bmetadata\x18\x02 \x03(\v2A.locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntryR\bmetadata\x12\x1f\n" +
+	"\vevent_types\x18\x03 \x03(\tR\n" +
+	"eventTypes\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x02\n" +
 	"\x1aWatchSandboxEventsResponse\x12>\n" +
 	"\x04type\x18\x01 \x01(\x0e2*.locale2b.controlplane.v1.SandboxEventTypeR\x04type\x12;\n" +
 	"\asandbox\x18\x02 \x01(\v2!.locale2b.controlplane.v1.SandboxR\asandbox\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*\xcf\x01\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x05 \x01(\tR\tsandboxId\x12E\n" +
+	"\bactivity\x18\x06 \x01(\v2).locale2b.controlplane.v1.SandboxActivityR\bactivity\x12\x0e\n" +
+	"\x02id\x18\a \x01(\x04R\x02id\"\xb7\x02\n" +
+	"\x0fSandboxActivity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\rR\x03pid\x12 \n" +
+	"\texit_code\x18\x04 \x01(\x11H\x00R\bexitCode\x88\x01\x01\x12$\n" +
+	"\vduration_ms\x18\x05 \x01(\x04H\x01R\n" +
+	"durationMs\x88\x01\x01\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x19\n" +
+	"\x05bytes\x18\a \x01(\x04H\x02R\x05bytes\x88\x01\x01\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x10\n" +
+	"\x03cwd\x18\t \x01(\tR\x03cwd\x12\x12\n" +
+	"\x04user\x18\n" +
+	" \x01(\tR\x04userB\f\n" +
+	"\n" +
+	"_exit_codeB\x0e\n" +
+	"\f_duration_msB\b\n" +
+	"\x06_bytes*\xcf\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +
@@ -1352,7 +1573,7 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\rTimeoutAction\x12\x1e\n" +
 	"\x1aTIMEOUT_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TIMEOUT_ACTION_KILL\x10\x01\x12\x18\n" +
-	"\x14TIMEOUT_ACTION_PAUSE\x10\x02*\xf9\x01\n" +
+	"\x14TIMEOUT_ACTION_PAUSE\x10\x02*\xb0\x03\n" +
 	"\x10SandboxEventType\x12\"\n" +
 	"\x1eSANDBOX_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSANDBOX_EVENT_TYPE_CREATED\x10\x01\x12\x1d\n" +
@@ -1360,7 +1581,13 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x1aSANDBOX_EVENT_TYPE_RESUMED\x10\x03\x12\x1d\n" +
 	"\x19SANDBOX_EVENT_TYPE_KILLED\x10\x04\x12 \n" +
 	"\x1cSANDBOX_EVENT_TYPE_TIMED_OUT\x10\x05\x12!\n" +
-	"\x1dSANDBOX_EVENT_TYPE_SUBSCRIBED\x10\x062\xac\a\n" +
+	"\x1dSANDBOX_EVENT_TYPE_SUBSCRIBED\x10\x06\x12#\n" +
+	"\x1fSANDBOX_EVENT_TYPE_EXEC_STARTED\x10\a\x12%\n" +
+	"!SANDBOX_EVENT_TYPE_EXEC_COMPLETED\x10\b\x12\"\n" +
+	"\x1eSANDBOX_EVENT_TYPE_EXEC_FAILED\x10\t\x12 \n" +
+	"\x1cSANDBOX_EVENT_TYPE_FILE_READ\x10\n" +
+	"\x12#\n" +
+	"\x1fSANDBOX_EVENT_TYPE_FILE_WRITTEN\x10\v2\xac\a\n" +
 	"\x0eSandboxService\x12p\n" +
 	"\rCreateSandbox\x12..locale2b.controlplane.v1.CreateSandboxRequest\x1a/.locale2b.controlplane.v1.CreateSandboxResponse\x12g\n" +
 	"\n" +
@@ -1385,7 +1612,7 @@ func file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_locale2b_controlplane_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_locale2b_controlplane_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_locale2b_controlplane_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_locale2b_controlplane_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                  // 0: locale2b.controlplane.v1.SandboxState
 	(TimeoutAction)(0),                 // 1: locale2b.controlplane.v1.TimeoutAction
@@ -1407,54 +1634,56 @@ var file_locale2b_controlplane_v1_sandbox_proto_goTypes = []any{
 	(*SetSandboxTimeoutResponse)(nil),  // 17: locale2b.controlplane.v1.SetSandboxTimeoutResponse
 	(*WatchSandboxEventsRequest)(nil),  // 18: locale2b.controlplane.v1.WatchSandboxEventsRequest
 	(*WatchSandboxEventsResponse)(nil), // 19: locale2b.controlplane.v1.WatchSandboxEventsResponse
-	nil,                                // 20: locale2b.controlplane.v1.Sandbox.MetadataEntry
-	nil,                                // 21: locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
-	nil,                                // 22: locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
-	nil,                                // 23: locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                // 24: locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
+	(*SandboxActivity)(nil),            // 20: locale2b.controlplane.v1.SandboxActivity
+	nil,                                // 21: locale2b.controlplane.v1.Sandbox.MetadataEntry
+	nil,                                // 22: locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
+	nil,                                // 23: locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
+	nil,                                // 24: locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                // 25: locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 26: google.protobuf.Timestamp
 }
 var file_locale2b_controlplane_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: locale2b.controlplane.v1.Sandbox.state:type_name -> locale2b.controlplane.v1.SandboxState
-	20, // 1: locale2b.controlplane.v1.Sandbox.metadata:type_name -> locale2b.controlplane.v1.Sandbox.MetadataEntry
-	25, // 2: locale2b.controlplane.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	25, // 3: locale2b.controlplane.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	21, // 1: locale2b.controlplane.v1.Sandbox.metadata:type_name -> locale2b.controlplane.v1.Sandbox.MetadataEntry
+	26, // 2: locale2b.controlplane.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	26, // 3: locale2b.controlplane.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: locale2b.controlplane.v1.Sandbox.on_timeout:type_name -> locale2b.controlplane.v1.TimeoutAction
-	21, // 5: locale2b.controlplane.v1.CreateSandboxRequest.metadata:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
-	22, // 6: locale2b.controlplane.v1.CreateSandboxRequest.env_vars:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
+	22, // 5: locale2b.controlplane.v1.CreateSandboxRequest.metadata:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
+	23, // 6: locale2b.controlplane.v1.CreateSandboxRequest.env_vars:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
 	1,  // 7: locale2b.controlplane.v1.CreateSandboxRequest.on_timeout:type_name -> locale2b.controlplane.v1.TimeoutAction
 	3,  // 8: locale2b.controlplane.v1.CreateSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
 	3,  // 9: locale2b.controlplane.v1.GetSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
 	0,  // 10: locale2b.controlplane.v1.ListSandboxesRequest.states:type_name -> locale2b.controlplane.v1.SandboxState
-	23, // 11: locale2b.controlplane.v1.ListSandboxesRequest.metadata:type_name -> locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
+	24, // 11: locale2b.controlplane.v1.ListSandboxesRequest.metadata:type_name -> locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
 	3,  // 12: locale2b.controlplane.v1.ListSandboxesResponse.sandboxes:type_name -> locale2b.controlplane.v1.Sandbox
 	3,  // 13: locale2b.controlplane.v1.ResumeSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
-	25, // 14: locale2b.controlplane.v1.SetSandboxTimeoutResponse.end_at:type_name -> google.protobuf.Timestamp
-	24, // 15: locale2b.controlplane.v1.WatchSandboxEventsRequest.metadata:type_name -> locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
+	26, // 14: locale2b.controlplane.v1.SetSandboxTimeoutResponse.end_at:type_name -> google.protobuf.Timestamp
+	25, // 15: locale2b.controlplane.v1.WatchSandboxEventsRequest.metadata:type_name -> locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
 	2,  // 16: locale2b.controlplane.v1.WatchSandboxEventsResponse.type:type_name -> locale2b.controlplane.v1.SandboxEventType
 	3,  // 17: locale2b.controlplane.v1.WatchSandboxEventsResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
-	25, // 18: locale2b.controlplane.v1.WatchSandboxEventsResponse.time:type_name -> google.protobuf.Timestamp
-	4,  // 19: locale2b.controlplane.v1.SandboxService.CreateSandbox:input_type -> locale2b.controlplane.v1.CreateSandboxRequest
-	6,  // 20: locale2b.controlplane.v1.SandboxService.GetSandbox:input_type -> locale2b.controlplane.v1.GetSandboxRequest
-	8,  // 21: locale2b.controlplane.v1.SandboxService.ListSandboxes:input_type -> locale2b.controlplane.v1.ListSandboxesRequest
-	10, // 22: locale2b.controlplane.v1.SandboxService.PauseSandbox:input_type -> locale2b.controlplane.v1.PauseSandboxRequest
-	12, // 23: locale2b.controlplane.v1.SandboxService.ResumeSandbox:input_type -> locale2b.controlplane.v1.ResumeSandboxRequest
-	14, // 24: locale2b.controlplane.v1.SandboxService.KillSandbox:input_type -> locale2b.controlplane.v1.KillSandboxRequest
-	16, // 25: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:input_type -> locale2b.controlplane.v1.SetSandboxTimeoutRequest
-	18, // 26: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:input_type -> locale2b.controlplane.v1.WatchSandboxEventsRequest
-	5,  // 27: locale2b.controlplane.v1.SandboxService.CreateSandbox:output_type -> locale2b.controlplane.v1.CreateSandboxResponse
-	7,  // 28: locale2b.controlplane.v1.SandboxService.GetSandbox:output_type -> locale2b.controlplane.v1.GetSandboxResponse
-	9,  // 29: locale2b.controlplane.v1.SandboxService.ListSandboxes:output_type -> locale2b.controlplane.v1.ListSandboxesResponse
-	11, // 30: locale2b.controlplane.v1.SandboxService.PauseSandbox:output_type -> locale2b.controlplane.v1.PauseSandboxResponse
-	13, // 31: locale2b.controlplane.v1.SandboxService.ResumeSandbox:output_type -> locale2b.controlplane.v1.ResumeSandboxResponse
-	15, // 32: locale2b.controlplane.v1.SandboxService.KillSandbox:output_type -> locale2b.controlplane.v1.KillSandboxResponse
-	17, // 33: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:output_type -> locale2b.controlplane.v1.SetSandboxTimeoutResponse
-	19, // 34: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:output_type -> locale2b.controlplane.v1.WatchSandboxEventsResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	26, // 18: locale2b.controlplane.v1.WatchSandboxEventsResponse.time:type_name -> google.protobuf.Timestamp
+	20, // 19: locale2b.controlplane.v1.WatchSandboxEventsResponse.activity:type_name -> locale2b.controlplane.v1.SandboxActivity
+	4,  // 20: locale2b.controlplane.v1.SandboxService.CreateSandbox:input_type -> locale2b.controlplane.v1.CreateSandboxRequest
+	6,  // 21: locale2b.controlplane.v1.SandboxService.GetSandbox:input_type -> locale2b.controlplane.v1.GetSandboxRequest
+	8,  // 22: locale2b.controlplane.v1.SandboxService.ListSandboxes:input_type -> locale2b.controlplane.v1.ListSandboxesRequest
+	10, // 23: locale2b.controlplane.v1.SandboxService.PauseSandbox:input_type -> locale2b.controlplane.v1.PauseSandboxRequest
+	12, // 24: locale2b.controlplane.v1.SandboxService.ResumeSandbox:input_type -> locale2b.controlplane.v1.ResumeSandboxRequest
+	14, // 25: locale2b.controlplane.v1.SandboxService.KillSandbox:input_type -> locale2b.controlplane.v1.KillSandboxRequest
+	16, // 26: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:input_type -> locale2b.controlplane.v1.SetSandboxTimeoutRequest
+	18, // 27: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:input_type -> locale2b.controlplane.v1.WatchSandboxEventsRequest
+	5,  // 28: locale2b.controlplane.v1.SandboxService.CreateSandbox:output_type -> locale2b.controlplane.v1.CreateSandboxResponse
+	7,  // 29: locale2b.controlplane.v1.SandboxService.GetSandbox:output_type -> locale2b.controlplane.v1.GetSandboxResponse
+	9,  // 30: locale2b.controlplane.v1.SandboxService.ListSandboxes:output_type -> locale2b.controlplane.v1.ListSandboxesResponse
+	11, // 31: locale2b.controlplane.v1.SandboxService.PauseSandbox:output_type -> locale2b.controlplane.v1.PauseSandboxResponse
+	13, // 32: locale2b.controlplane.v1.SandboxService.ResumeSandbox:output_type -> locale2b.controlplane.v1.ResumeSandboxResponse
+	15, // 33: locale2b.controlplane.v1.SandboxService.KillSandbox:output_type -> locale2b.controlplane.v1.KillSandboxResponse
+	17, // 34: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:output_type -> locale2b.controlplane.v1.SetSandboxTimeoutResponse
+	19, // 35: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:output_type -> locale2b.controlplane.v1.WatchSandboxEventsResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_locale2b_controlplane_v1_sandbox_proto_init() }
@@ -1463,13 +1692,14 @@ func file_locale2b_controlplane_v1_sandbox_proto_init() {
 		return
 	}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_locale2b_controlplane_v1_sandbox_proto_rawDesc), len(file_locale2b_controlplane_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file locale2b/controlplane/v1/sandbox.proto.
  */
 export const file_locale2b_controlplane_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("CiZsb2NhbGUyYi9jb250cm9scGxhbmUvdjEvc2FuZGJveC5wcm90bxIYbG9jYWxlMmIuY29udHJvbHBsYW5lLnYxIssECgdTYW5kYm94EhIKCnNhbmRib3hfaWQYASABKAkSEwoLdGVtcGxhdGVfaWQYAiABKAkSNQoFc3RhdGUYAyABKA4yJi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveFN0YXRlEkEKCG1ldGFkYXRhGAQgAygLMi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3guTWV0YWRhdGFFbnRyeRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZlbmRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWNwdV9jb3VudBgHIAEoDRIRCgltZW1vcnlfbWIYCCABKA0SFAoMZGlza19zaXplX21iGAkgASgNEhQKDGVudmRfdmVyc2lvbhgKIAEoCRIZChFlbnZkX2FjY2Vzc190b2tlbhgLIAEoCRI7Cgpvbl90aW1lb3V0GAwgASgOMicubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlRpbWVvdXRBY3Rpb24SDwoHcnVudGltZRgNIAEoCRITCgthdXRvX3Jlc3VtZRgOIAEoCBIdChVhbGxvd19pbnRlcm5ldF9hY2Nlc3MYDyABKAgSDQoFYWxpYXMYECABKAkSEgoKZW5kX3JlYXNvbhgRIAEoCRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEitQQKFENyZWF0ZVNhbmRib3hSZXF1ZXN0EhMKC3RlbXBsYXRlX2lkGAEgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgCIAEoDRJOCghtZXRhZGF0YRgDIAMoCzI8LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5DcmVhdGVTYW5kYm94UmVxdWVzdC5NZXRhZGF0YUVudHJ5Ek0KCGVudl92YXJzGAQgAygLMjsubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0LkVudlZhcnNFbnRyeRI7Cgpvbl90aW1lb3V0GAUgASgOMicubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlRpbWVvdXRBY3Rpb24SFgoJY3B1X2NvdW50GAYgASgNSACIAQESFgoJbWVtb3J5X21iGAcgASgNSAGIAQESGAoLYXV0b19yZXN1bWUYCCABKAhIAogBARIiChVhbGxvd19pbnRlcm5ldF9hY2Nlc3MYCSABKAhIA4gBARovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLgoMRW52VmFyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDAoKX2NwdV9jb3VudEIMCgpfbWVtb3J5X21iQg4KDF9hdXRvX3Jlc3VtZUIYChZfYWxsb3dfaW50ZXJuZXRfYWNjZXNzIksKFUNyZWF0ZVNhbmRib3hSZXNwb25zZRIyCgdzYW5kYm94GAEgASgLMiEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3giJwoRR2V0U2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCSJIChJHZXRTYW5kYm94UmVzcG9uc2USMgoHc2FuZGJveBgBIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94IvIBChRMaXN0U2FuZGJveGVzUmVxdWVzdBI2CgZzdGF0ZXMYASADKA4yJi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveFN0YXRlEk4KCG1ldGFkYXRhGAIgAygLMjwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkxpc3RTYW5kYm94ZXNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkSDQoFbGltaXQYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiZgoVTGlzdFNhbmRib3hlc1Jlc3BvbnNlEjQKCXNhbmRib3hlcxgBIAMoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIpChNQYXVzZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiFgoUUGF1c2VTYW5kYm94UmVzcG9uc2UiQwoUUmVzdW1lU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0iXAoVUmVzdW1lU2FuZGJveFJlc3BvbnNlEjIKB3NhbmRib3gYASABKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveBIPCgdyZXN1bWVkGAIgASgIIigKEktpbGxTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhUKE0tpbGxTYW5kYm94UmVzcG9uc2UiRwoYU2V0U2FuZGJveFRpbWVvdXRSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSFwoPdGltZW91dF9zZWNvbmRzGAIgASgNIkcKGVNldFNhbmRib3hUaW1lb3V0UmVzcG9uc2USKgoGZW5kX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCK1AQoZV2F0Y2hTYW5kYm94RXZlbnRzUmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJElMKCG1ldGFkYXRhGAIgAygLMkEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLldhdGNoU2FuZGJveEV2ZW50c1JlcXVlc3QuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEitAEKGldhdGNoU2FuZGJveEV2ZW50c1Jlc3BvbnNlEjgKBHR5cGUYASABKA4yKi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveEV2ZW50VHlwZRIyCgdzYW5kYm94GAIgASgLMiEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3gSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqzwEKDFNhbmRib3hTdGF0ZRIdChlTQU5EQk9YX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWU0FOREJPWF9TVEFURV9DUkVBVElORxABEhkKFVNBTkRCT1hfU1RBVEVfUlVOTklORxACEhkKFVNBTkRCT1hfU1RBVEVfUEFVU0lORxADEhgKFFNBTkRCT1hfU1RBVEVfUEFVU0VEEAQSGgoWU0FOREJPWF9TVEFURV9SRVNVTUlORxAFEhgKFFNBTkRCT1hfU1RBVEVfS0lMTEVEEAYqYgoNVGltZW91dEFjdGlvbhIeChpUSU1FT1VUX0FDVElPTl9VTlNQRUNJRklFRBAAEhcKE1RJTUVPVVRfQUNUSU9OX0tJTEwQARIYChRUSU1FT1VUX0FDVElPTl9QQVVTRRACKvkBChBTYW5kYm94RXZlbnRUeXBlEiIKHlNBTkRCT1hfRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEh4KGlNBTkRCT1hfRVZFTlRfVFlQRV9DUkVBVEVEEAESHQoZU0FOREJPWF9FVkVOVF9UWVBFX1BBVVNFRBACEh4KGlNBTkRCT1hfRVZFTlRfVFlQRV9SRVNVTUVEEAMSHQoZU0FOREJPWF9FVkVOVF9UWVBFX0tJTExFRBAEEiAKHFNBTkRCT1hfRVZFTlRfVFlQRV9USU1FRF9PVVQQBRIhCh1TQU5EQk9YX0VWRU5UX1RZUEVfU1VCU0NSSUJFRBAGMqwHCg5TYW5kYm94U2VydmljZRJwCg1DcmVhdGVTYW5kYm94Ei4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0Gi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkNyZWF0ZVNhbmRib3hSZXNwb25zZRJnCgpHZXRTYW5kYm94EisubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkdldFNhbmRib3hSZXF1ZXN0GiwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkdldFNhbmRib3hSZXNwb25zZRJwCg1MaXN0U2FuZGJveGVzEi4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkxpc3RTYW5kYm94ZXNSZXF1ZXN0Gi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkxpc3RTYW5kYm94ZXNSZXNwb25zZRJtCgxQYXVzZVNhbmRib3gSLS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUGF1c2VTYW5kYm94UmVxdWVzdBouLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5QYXVzZVNhbmRib3hSZXNwb25zZRJwCg1SZXN1bWVTYW5kYm94Ei4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlJlc3VtZVNhbmRib3hSZXF1ZXN0Gi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlJlc3VtZVNhbmRib3hSZXNwb25zZRJqCgtLaWxsU2FuZGJveBIsLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5LaWxsU2FuZGJveFJlcXVlc3QaLS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuS2lsbFNhbmRib3hSZXNwb25zZRJ8ChFTZXRTYW5kYm94VGltZW91dBIyLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TZXRTYW5kYm94VGltZW91dFJlcXVlc3QaMy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2V0U2FuZGJveFRpbWVvdXRSZXNwb25zZRKBAQoSV2F0Y2hTYW5kYm94RXZlbnRzEjMubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLldhdGNoU2FuZGJveEV2ZW50c1JlcXVlc3QaNC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuV2F0Y2hTYW5kYm94RXZlbnRzUmVzcG9uc2UwAUJNWktnaXRodWIuY29tL2xvY2FsZTJiL2xvY2FsZTJiL2dlbi9nby9sb2NhbGUyYi9jb250cm9scGxhbmUvdjE7Y29udHJvbHBsYW5ldjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiZsb2NhbGUyYi9jb250cm9scGxhbmUvdjEvc2FuZGJveC5wcm90bxIYbG9jYWxlMmIuY29udHJvbHBsYW5lLnYxIuEECgdTYW5kYm94EhIKCnNhbmRib3hfaWQYASABKAkSEwoLdGVtcGxhdGVfaWQYAiABKAkSNQoFc3RhdGUYAyABKA4yJi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveFN0YXRlEkEKCG1ldGFkYXRhGAQgAygLMi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3guTWV0YWRhdGFFbnRyeRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZlbmRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWNwdV9jb3VudBgHIAEoDRIRCgltZW1vcnlfbWIYCCABKA0SFAoMZGlza19zaXplX21iGAkgASgNEhQKDGVudmRfdmVyc2lvbhgKIAEoCRIZChFlbnZkX2FjY2Vzc190b2tlbhgLIAEoCRI7Cgpvbl90aW1lb3V0GAwgASgOMicubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlRpbWVvdXRBY3Rpb24SDwoHcnVudGltZRgNIAEoCRITCgthdXRvX3Jlc3VtZRgOIAEoCBIdChVhbGxvd19pbnRlcm5ldF9hY2Nlc3MYDyABKAgSDQoFYWxpYXMYECABKAkSEgoKZW5kX3JlYXNvbhgRIAEoCRIUCgx3b3Jrc3BhY2VfaWQYEiABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrUEChRDcmVhdGVTYW5kYm94UmVxdWVzdBITCgt0ZW1wbGF0ZV9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0STgoIbWV0YWRhdGEYAyADKAsyPC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuTWV0YWRhdGFFbnRyeRJNCghlbnZfdmFycxgEIAMoCzI7LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5DcmVhdGVTYW5kYm94UmVxdWVzdC5FbnZWYXJzRW50cnkSOwoKb25fdGltZW91dBgFIAEoDjInLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5UaW1lb3V0QWN0aW9uEhYKCWNwdV9jb3VudBgGIAEoDUgAiAEBEhYKCW1lbW9yeV9tYhgHIAEoDUgBiAEBEhgKC2F1dG9fcmVzdW1lGAggASgISAKIAQESIgoVYWxsb3dfaW50ZXJuZXRfYWNjZXNzGAkgASgISAOIAQEaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi4KDEVudlZhcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgwKCl9jcHVfY291bnRCDAoKX21lbW9yeV9tYkIOCgxfYXV0b19yZXN1bWVCGAoWX2FsbG93X2ludGVybmV0X2FjY2VzcyJLChVDcmVhdGVTYW5kYm94UmVzcG9uc2USMgoHc2FuZGJveBgBIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiSAoSR2V0U2FuZGJveFJlc3BvbnNlEjIKB3NhbmRib3gYASABKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveCLyAQoUTGlzdFNhbmRib3hlc1JlcXVlc3QSNgoGc3RhdGVzGAEgAygOMiYubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3hTdGF0ZRJOCghtZXRhZGF0YRgCIAMoCzI8LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5NZXRhZGF0YUVudHJ5Eg0KBWxpbWl0GAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImYKFUxpc3RTYW5kYm94ZXNSZXNwb25zZRI0CglzYW5kYm94ZXMYASADKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKQoTUGF1c2VTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhYKFFBhdXNlU2FuZGJveFJlc3BvbnNlIkMKFFJlc3VtZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSFwoPdGltZW91dF9zZWNvbmRzGAIgASgNIlwKFVJlc3VtZVNhbmRib3hSZXNwb25zZRIyCgdzYW5kYm94GAEgASgLMiEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3gSDwoHcmVzdW1lZBgCIAEoCCIoChJLaWxsU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCSIVChNLaWxsU2FuZGJveFJlc3BvbnNlIkcKGFNldFNhbmRib3hUaW1lb3V0UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgCIAEoDSJHChlTZXRTYW5kYm94VGltZW91dFJlc3BvbnNlEioKBmVuZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKGVdhdGNoU2FuZGJveEV2ZW50c1JlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRJTCghtZXRhZGF0YRgCIAMoCzJBLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5XYXRjaFNhbmRib3hFdmVudHNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkSEwoLZXZlbnRfdHlwZXMYAyADKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqUCChpXYXRjaFNhbmRib3hFdmVudHNSZXNwb25zZRI4CgR0eXBlGAEgASgOMioubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3hFdmVudFR5cGUSMgoHc2FuZGJveBgCIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94EigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmV2ZW50X3R5cGUYBCABKAkSEgoKc2FuZGJveF9pZBgFIAEoCRI7CghhY3Rpdml0eRgGIAEoCzIpLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94QWN0aXZpdHkSCgoCaWQYByABKAQi6QEKD1NhbmRib3hBY3Rpdml0eRISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSCwoDcGlkGAMgASgNEhYKCWV4aXRfY29kZRgEIAEoEUgAiAEBEhgKC2R1cmF0aW9uX21zGAUgASgESAGIAQESDAoEcGF0aBgGIAEoCRISCgVieXRlcxgHIAEoBEgCiAEBEg0KBWVycm9yGAggASgJEgsKA2N3ZBgJIAEoCRIMCgR1c2VyGAogASgJQgwKCl9leGl0X2NvZGVCDgoMX2R1cmF0aW9uX21zQggKBl9ieXRlcyrPAQoMU2FuZGJveFN0YXRlEh0KGVNBTkRCT1hfU1RBVEVfVU5TUEVDSUZJRUQQABIaChZTQU5EQk9YX1NUQVRFX0NSRUFUSU5HEAESGQoVU0FOREJPWF9TVEFURV9SVU5OSU5HEAISGQoVU0FOREJPWF9TVEFURV9QQVVTSU5HEAMSGAoUU0FOREJPWF9TVEFURV9QQVVTRUQQBBIaChZTQU5EQk9YX1NUQVRFX1JFU1VNSU5HEAUSGAoUU0FOREJPWF9TVEFURV9LSUxMRUQQBipiCg1UaW1lb3V0QWN0aW9uEh4KGlRJTUVPVVRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFwoTVElNRU9VVF9BQ1RJT05fS0lMTBABEhgKFFRJTUVPVVRfQUNUSU9OX1BBVVNFEAIqsAMKEFNhbmRib3hFdmVudFR5cGUSIgoeU0FOREJPWF9FVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASHgoaU0FOREJPWF9FVkVOVF9UWVBFX0NSRUFURUQQARIdChlTQU5EQk9YX0VWRU5UX1RZUEVfUEFVU0VEEAISHgoaU0FOREJPWF9FVkVOVF9UWVBFX1JFU1VNRUQQAxIdChlTQU5EQk9YX0VWRU5UX1RZUEVfS0lMTEVEEAQSIAocU0FOREJPWF9FVkVOVF9UWVBFX1RJTUVEX09VVBAFEiEKHVNBTkRCT1hfRVZFTlRfVFlQRV9TVUJTQ1JJQkVEEAYSIwofU0FOREJPWF9FVkVOVF9UWVBFX0VYRUNfU1RBUlRFRBAHEiUKIVNBTkRCT1hfRVZFTlRfVFlQRV9FWEVDX0NPTVBMRVRFRBAIEiIKHlNBTkRCT1hfRVZFTlRfVFlQRV9FWEVDX0ZBSUxFRBAJEiAKHFNBTkRCT1hfRVZFTlRfVFlQRV9GSUxFX1JFQUQQChIjCh9TQU5EQk9YX0VWRU5UX1RZUEVfRklMRV9XUklUVEVOEAsyrAcKDlNhbmRib3hTZXJ2aWNlEnAKDUNyZWF0ZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlc3BvbnNlEmcKCkdldFNhbmRib3gSKy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlcXVlc3QaLC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlc3BvbnNlEnAKDUxpc3RTYW5kYm94ZXMSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEm0KDFBhdXNlU2FuZGJveBItLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5QYXVzZVNhbmRib3hSZXF1ZXN0Gi4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlBhdXNlU2FuZGJveFJlc3BvbnNlEnAKDVJlc3VtZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlc3BvbnNlEmoKC0tpbGxTYW5kYm94EiwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLktpbGxTYW5kYm94UmVxdWVzdBotLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5LaWxsU2FuZGJveFJlc3BvbnNlEnwKEVNldFNhbmRib3hUaW1lb3V0EjIubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNldFNhbmRib3hUaW1lb3V0UmVxdWVzdBozLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TZXRTYW5kYm94VGltZW91dFJlc3BvbnNlEoEBChJXYXRjaFNhbmRib3hFdmVudHMSMy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuV2F0Y2hTYW5kYm94RXZlbnRzUmVxdWVzdBo0LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5XYXRjaFNhbmRib3hFdmVudHNSZXNwb25zZTABQk1aS2dpdGh1Yi5jb20vbG9jYWxlMmIvbG9jYWxlMmIvZ2VuL2dvL2xvY2FsZTJiL2NvbnRyb2xwbGFuZS92MTtjb250cm9scGxhbmV2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message locale2b.controlplane.v1.Sandbox
@@ -118,6 +118,13 @@ export type Sandbox = Message<"locale2b.controlplane.v1.Sandbox"> & {
    * @generated from field: string end_reason = 17;
    */
   endReason: string;
+
+  /**
+   * The workspace (workspace API) this sandbox belongs to, if any.
+   *
+   * @generated from field: string workspace_id = 18;
+   */
+  workspaceId: string;
 };
 
 /**
@@ -478,6 +485,17 @@ export type WatchSandboxEventsRequest = Message<"locale2b.controlplane.v1.WatchS
    * @generated from field: map<string, string> metadata = 2;
    */
   metadata: { [key: string]: string };
+
+  /**
+   * Event types by their workspace API names: sandbox.created,
+   * sandbox.paused, sandbox.resumed, sandbox.destroyed, exec.started,
+   * exec.completed, exec.failed, file.read, file.written; `exec.*` matches a
+   * prefix, `*` everything. Empty: lifecycle events only (created, paused,
+   * resumed, killed, timed_out), as before activity events existed.
+   *
+   * @generated from field: repeated string event_types = 3;
+   */
+  eventTypes: string[];
 };
 
 /**
@@ -497,7 +515,7 @@ export type WatchSandboxEventsResponse = Message<"locale2b.controlplane.v1.Watch
   type: SandboxEventType;
 
   /**
-   * The sandbox as the event left it (unset for SUBSCRIBED).
+   * The sandbox as the event left it (unset for SUBSCRIBED and for activity events).
    *
    * @generated from field: locale2b.controlplane.v1.Sandbox sandbox = 2;
    */
@@ -507,6 +525,32 @@ export type WatchSandboxEventsResponse = Message<"locale2b.controlplane.v1.Watch
    * @generated from field: google.protobuf.Timestamp time = 3;
    */
   time?: Timestamp | undefined;
+
+  /**
+   * The workspace API's name of the event (exec.started, sandbox.destroyed, ...); empty for SUBSCRIBED.
+   *
+   * @generated from field: string event_type = 4;
+   */
+  eventType: string;
+
+  /**
+   * @generated from field: string sandbox_id = 5;
+   */
+  sandboxId: string;
+
+  /**
+   * For exec.* and file.* events.
+   *
+   * @generated from field: locale2b.controlplane.v1.SandboxActivity activity = 6;
+   */
+  activity?: SandboxActivity | undefined;
+
+  /**
+   * The event's id in the server's event log (0 for events not logged: SUBSCRIBED, timed_out).
+   *
+   * @generated from field: uint64 id = 7;
+   */
+  id: bigint;
 };
 
 /**
@@ -515,6 +559,74 @@ export type WatchSandboxEventsResponse = Message<"locale2b.controlplane.v1.Watch
  */
 export const WatchSandboxEventsResponseSchema: GenMessage<WatchSandboxEventsResponse> = /*@__PURE__*/
   messageDesc(file_locale2b_controlplane_v1_sandbox, 16);
+
+/**
+ * What happened in a sandbox: a command (exec.*) or a file transfer (file.*).
+ *
+ * @generated from message locale2b.controlplane.v1.SandboxActivity
+ */
+export type SandboxActivity = Message<"locale2b.controlplane.v1.SandboxActivity"> & {
+  /**
+   * The workspace API's background session, when the command is one.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The command line (for a shell's `-c`, the script it was given).
+   *
+   * @generated from field: string command = 2;
+   */
+  command: string;
+
+  /**
+   * @generated from field: uint32 pid = 3;
+   */
+  pid: number;
+
+  /**
+   * @generated from field: optional sint32 exit_code = 4;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * @generated from field: optional uint64 duration_ms = 5;
+   */
+  durationMs?: bigint | undefined;
+
+  /**
+   * @generated from field: string path = 6;
+   */
+  path: string;
+
+  /**
+   * @generated from field: optional uint64 bytes = 7;
+   */
+  bytes?: bigint | undefined;
+
+  /**
+   * @generated from field: string error = 8;
+   */
+  error: string;
+
+  /**
+   * @generated from field: string cwd = 9;
+   */
+  cwd: string;
+
+  /**
+   * @generated from field: string user = 10;
+   */
+  user: string;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.SandboxActivity.
+ * Use `create(SandboxActivitySchema)` to create a new message.
+ */
+export const SandboxActivitySchema: GenMessage<SandboxActivity> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 17);
 
 /**
  * @generated from enum locale2b.controlplane.v1.SandboxState
@@ -631,6 +743,35 @@ export enum SandboxEventType {
    * @generated from enum value: SANDBOX_EVENT_TYPE_SUBSCRIBED = 6;
    */
   SUBSCRIBED = 6,
+
+  /**
+   * Activity in a sandbox (only with event_types): a process started, ended
+   * with exit code 0, ended otherwise (or never started); a file was
+   * downloaded or uploaded. Details in `activity`.
+   *
+   * @generated from enum value: SANDBOX_EVENT_TYPE_EXEC_STARTED = 7;
+   */
+  EXEC_STARTED = 7,
+
+  /**
+   * @generated from enum value: SANDBOX_EVENT_TYPE_EXEC_COMPLETED = 8;
+   */
+  EXEC_COMPLETED = 8,
+
+  /**
+   * @generated from enum value: SANDBOX_EVENT_TYPE_EXEC_FAILED = 9;
+   */
+  EXEC_FAILED = 9,
+
+  /**
+   * @generated from enum value: SANDBOX_EVENT_TYPE_FILE_READ = 10;
+   */
+  FILE_READ = 10,
+
+  /**
+   * @generated from enum value: SANDBOX_EVENT_TYPE_FILE_WRITTEN = 11;
+   */
+  FILE_WRITTEN = 11,
 }
 
 /**
@@ -720,6 +861,8 @@ export const SandboxService: GenService<{
    * (SANDBOX_EVENT_TYPE_SUBSCRIBED) says the subscription is active: every
    * event after it is delivered, in order. A client that reads too slowly
    * to keep up gets RESOURCE_EXHAUSTED rather than a stream with gaps.
+   * With event_types set it also carries activity inside sandboxes (exec.*,
+   * file.*), from every API, as the workspace API's event stream does.
    *
    * @generated from rpc locale2b.controlplane.v1.SandboxService.WatchSandboxEvents
    */

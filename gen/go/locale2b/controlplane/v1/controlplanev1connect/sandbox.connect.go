@@ -92,6 +92,8 @@ type SandboxServiceClient interface {
 	// (SANDBOX_EVENT_TYPE_SUBSCRIBED) says the subscription is active: every
 	// event after it is delivered, in order. A client that reads too slowly
 	// to keep up gets RESOURCE_EXHAUSTED rather than a stream with gaps.
+	// With event_types set it also carries activity inside sandboxes (exec.*,
+	// file.*), from every API, as the workspace API's event stream does.
 	WatchSandboxEvents(context.Context, *connect.Request[v1.WatchSandboxEventsRequest]) (*connect.ServerStreamForClient[v1.WatchSandboxEventsResponse], error)
 }
 
@@ -233,6 +235,8 @@ type SandboxServiceHandler interface {
 	// (SANDBOX_EVENT_TYPE_SUBSCRIBED) says the subscription is active: every
 	// event after it is delivered, in order. A client that reads too slowly
 	// to keep up gets RESOURCE_EXHAUSTED rather than a stream with gaps.
+	// With event_types set it also carries activity inside sandboxes (exec.*,
+	// file.*), from every API, as the workspace API's event stream does.
 	WatchSandboxEvents(context.Context, *connect.Request[v1.WatchSandboxEventsRequest], *connect.ServerStream[v1.WatchSandboxEventsResponse]) error
 }
 

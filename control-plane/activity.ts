@@ -1,0 +1,145 @@
+// Everything the control plane records about what happens, built on the
+// activity database: events (lifecycle + envd activity), the audit log,
+// background sessions, metrics history, and the workspaces over them.
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { auditActivity } from "./audit/activity-audit.js";
+import { AuditLog } from "./audit/audit-log.js";
+import { AuditClaims } from "./audit/claims.js";
+import { Redactor } from "./audit/redact.js";
+import { EventBus, SUBSCRIBER_QUEUE_LIMIT } from "./events/bus.js";
+import { EnvdActivityWatchers } from "./events/envd-watchers.js";
+import { EventLog } from "./events/event-log.js";
+import { lifecycleToEvent } from "./events/lifecycle.js";
+import type { SandboxManager } from "./manager/sandbox-manager.js";
+import { MetricsHistory } from "./metrics/history.js";
+import { header, sample } from "./metrics/prometheus.js";
+import { SessionManager } from "./sessions/session-manager.js";
+import { ACTIVITY_DB_FILE, ActivityDb } from "./store/activity-db.js";
+import type { EnvdRpc } from "./transport/envd-rpc.js";
+import { Workspaces } from "./workspace/workspaces.js";
+
+export interface ActivitySettings {
+  /** How long events are kept for replay (since_id / Last-Event-ID). */
+  eventRetentionMs: number;
+  /** How long audit entries are kept. */
+  auditRetentionMs: number;
+  /** Metrics history: sampling interval and how long samples are kept. */
+  metricsIntervalMs: number;
+  metricsRetentionMs: number;
+  /** Output kept per background session, in bytes. */
+  sessionBufferBytes: number;
+  /** Running background sessions per sandbox. */
+  sessionsPerSandbox: number;
+  /** Unread events an event-stream subscriber may have before it is disconnected. */
+  subscriberQueueLimit: number;
+  /**
+   * Watch each sandbox's envd for activity (exec.* and file.* events, and
+   * their audit entries). Off: lifecycle events and API audit only.
+   */
+  watchSandboxes: boolean;
+}
+
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+
+export const DEFAULT_ACTIVITY: ActivitySettings = {
+  eventRetentionMs: DAY,
+  auditRetentionMs: 30 * DAY,
+  metricsIntervalMs: 5_000,
+  metricsRetentionMs: DAY,
+  sessionBufferBytes: 8 * 1024 * 1024,
+  sessionsPerSandbox: 32,
+  subscriberQueueLimit: SUBSCRIBER_QUEUE_LIMIT,
+  watchSandboxes: true,
+};
+
+export interface Activity {
+  db: ActivityDb;
+  redactor: Redactor;
+  bus: EventBus;
+  watchers: EnvdActivityWatchers;
+  audit: AuditLog;
+  claims: AuditClaims;
+  sessions: SessionManager;
+  history: MetricsHistory;
+  workspaces: Workspaces;
+  /** Prometheus series of events, subscribers and sessions. */
+  renderPrometheus(): string;
+  close(): Promise<void>;
+}
+
+export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDir: string; settings: ActivitySettings; log: Logger }): Activity {
+  const { manager, rpc, settings } = o;
+  const log = o.log.child({ component: "activity" });
+  const db = new ActivityDb(join(o.dataDir, ACTIVITY_DB_FILE), log);
+  const redactor = new Redactor();
+  const bus = new EventBus(new EventLog(db, settings.eventRetentionMs), settings.subscriberQueueLimit);
+  for (const rec of manager.list()) redactor.remember(rec);
+  const offLifecycle = manager.events.subscribe({}, (e) => {
+    if (e.type === "created" || e.type === "resumed") redactor.remember(e.sandbox);
+    const event = lifecycleToEvent(e);
+    if (event) bus.publish(event);
+    if (e.type === "killed") redactor.forget(e.sandbox.id);
+  });
+  const audit = new AuditLog(db, redactor, settings.auditRetentionMs);
+  const claims = new AuditClaims();
+  const watchers = new EnvdActivityWatchers({ manager, rpc, db, bus, redactor, log });
+  const sessions = new SessionManager({
+    manager,
+    rpc,
+    db,
+    dataDir: o.dataDir,
+    limits: { bufferBytes: settings.sessionBufferBytes, perSandbox: settings.sessionsPerSandbox },
+    log,
+  });
+  const offAudit = auditActivity({ audit, claims, bus, lifecycle: manager.events, sessionActor: (s, id) => sessions.keyOf(s, id) });
+  const history = new MetricsHistory({ manager, rpc, db, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
+  if (settings.watchSandboxes) watchers.start();
+  else log.warn("sandbox activity is not watched (--no-sandbox-activity): no exec.* / file.* events or audit entries for what runs inside sandboxes");
+  sessions.start();
+  history.start();
+  const prune = () => {
+    try {
+      bus.log?.prune();
+      audit.prune();
+      history.prune();
+    } catch (err) {
+      log.error({ err }, "pruning the activity history failed");
+    }
+  };
+  prune();
+  const pruneTimer = setInterval(prune, HOUR);
+  pruneTimer.unref();
+  return {
+    db,
+    redactor,
+    bus,
+    watchers,
+    audit,
+    claims,
+    sessions,
+    history,
+    workspaces: new Workspaces(manager, log),
+    renderPrometheus() {
+      let out = header("locale2b_events_total", "counter", "Events published, by type (workspace API names).");
+      for (const [type, n] of bus.published) out += sample("locale2b_events_total", { type }, n);
+      out += header("locale2b_event_subscribers", "gauge", "Event stream subscribers (SSE and Connect) connected now.");
+      out += sample("locale2b_event_subscribers", {}, bus.subscriberCount);
+      out += header("locale2b_event_subscribers_overflowed_total", "counter", "Event stream subscribers disconnected because they fell too far behind.");
+      out += sample("locale2b_event_subscribers_overflowed_total", {}, bus.overflowed);
+      out += header("locale2b_workspace_sessions_running", "gauge", "Background sessions (workspace API) running now.");
+      out += sample("locale2b_workspace_sessions_running", {}, sessions.runningCount());
+      return out + history.renderPrometheus();
+    },
+    async close() {
+      clearInterval(pruneTimer);
+      offLifecycle();
+      offAudit();
+      history.close();
+      sessions.close();
+      await watchers.close();
+      db.close();
+    },
+  };
+}

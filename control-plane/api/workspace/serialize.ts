@@ -1,0 +1,30 @@
+import type { SandboxRecord } from "../../manager/types.js";
+import { WORKSPACE_DIR } from "../../workspace/workspace-dir.js";
+import { WORKSPACE_METADATA } from "../../workspace/metadata.js";
+import { templateNameOf } from "../../workspace/workspaces.js";
+
+export type WorkspaceStatus = "running" | "paused" | "stopped";
+
+/** The contract's three states: a sandbox being created or resumed counts as running, one being paused as paused. */
+export function statusOf(rec: SandboxRecord): WorkspaceStatus {
+  if (rec.state === "killed") return "stopped";
+  return rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
+}
+
+/** SandboxInfo: the contract's fields, then a few extra ones. */
+export function sandboxInfo(rec: SandboxRecord): Record<string, unknown> {
+  return {
+    sandbox_id: rec.id,
+    status: statusOf(rec),
+    template: templateNameOf(rec),
+    memory_mb: rec.memoryMB,
+    vcpu_count: rec.cpuCount,
+    workspace_id: rec.metadata[WORKSPACE_METADATA] ?? null,
+    created_at: new Date(rec.startedAt).toISOString(),
+    // Sandboxes on the process runtime share the host's network: none of their own.
+    ip_address: null,
+    workspace_dir: WORKSPACE_DIR,
+    /** When the sandbox pauses (workspace sandboxes) or ends (others) unless used again. */
+    timeout_at: new Date(rec.endAt).toISOString(),
+  };
+}

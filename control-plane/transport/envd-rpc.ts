@@ -1,0 +1,43 @@
+import type { DescService } from "@bufbuild/protobuf";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ENVD_PORT } from "../../envd/version.js";
+import type { AgentPool } from "./hybrid-vsock.js";
+
+/** Where one sandbox's envd is, and the token it wants. */
+export interface EnvdTarget {
+  sandboxId: string;
+  socketPath: string;
+  token: string;
+}
+
+/**
+ * Connect clients for a sandbox's envd RPCs (process.Process,
+ * filesystem.Filesystem, locale2b.envd.v1.ActivityService), made by the
+ * control plane itself over the sandbox's pooled vsock connections, in
+ * Connect's binary format. `user` is the Basic-auth user envd acts as
+ * (default: envd's default user).
+ */
+export class EnvdRpc {
+  constructor(private readonly pool: AgentPool) {}
+
+  client<S extends DescService>(service: S, target: EnvdTarget, user?: string): Client<S> {
+    const headers: [string, string][] = [["x-access-token", target.token]];
+    if (user) headers.push(["authorization", `Basic ${Buffer.from(`${user}:`).toString("base64")}`]);
+    const addHeaders: Interceptor = (next) => (req) => {
+      for (const [k, v] of headers) req.header.set(k, v);
+      return next(req);
+    };
+    // A transport per call: the pool hands out a new agent after a sandbox's connections were dropped.
+    const transport = createConnectTransport({
+      baseUrl: `http://${ENVD_PORT}-${target.sandboxId}`,
+      httpVersion: "1.1",
+      useBinaryFormat: true,
+      acceptCompression: [],
+      sendCompression: undefined,
+      interceptors: [addHeaders],
+      nodeOptions: { agent: this.pool.get(target.sandboxId, target.socketPath, ENVD_PORT) },
+    });
+    return createClient(service, transport);
+  }
+}
