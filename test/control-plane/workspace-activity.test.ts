@@ -270,8 +270,8 @@ describe("metrics history", () => {
     for (const k of ["cpu_percent", "memory_used_bytes", "memory_total_bytes", "disk_used_bytes", "disk_total_bytes", "disk_read_bytes", "disk_write_bytes"]) {
       expect(typeof m.body[k], k).toBe("number");
     }
-    // A process sandbox shares the host's network: no per-sandbox network I/O.
-    expect(m.body.network_rx_bytes).toBeNull();
+    // A process sandbox has a network of its own (a veth): its own network I/O counters.
+    expect(typeof m.body.network_rx_bytes).toBe("number");
     expect((m.body.samples as unknown[]).length).toBeGreaterThan(1);
     const prom = await (await fetch(`${cp.url}/metrics`)).text();
     expect(prom).toMatch(new RegExp(`locale2b_sandbox_cpu_used_percent\\{sandbox_id="${sandboxId}"\\} \\d`));
