@@ -67,7 +67,8 @@ class Server:
         return self._base_url
 
     def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "LOCALE2B_"))}
+        # A clean environment, but for where the sandbox image is cached (serve builds it there if missing).
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "LOCALE2B_")) or k == "LOCALE2B_IMAGES_DIR"}
         env["LOCALE2B_API_KEY"] = self.api_key
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
