@@ -49,6 +49,12 @@ export class EnvdActivityWatchers {
   ) {}
 
   start(): void {
+    // The watch ends before a pause (a paused VM's vsock must see no close); a resume starts it again.
+    this.o.manager.onBeforePause(async (id) => {
+      const w = this.watches.get(id);
+      this.stop(id);
+      await w?.done;
+    });
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "created" || e.type === "resumed") {
         this.watch(e.sandbox.id);

@@ -71,6 +71,7 @@ export class SandboxManager {
   private readonly runtimes: RuntimeSet;
   private readonly warm: WarmPool | undefined;
   private reaper: NodeJS.Timeout | undefined;
+  private readonly beforePause: ((id: string) => Promise<void>)[] = [];
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -321,10 +322,20 @@ export class SandboxManager {
     return this.locks.run(id, () => this.pauseLocked(this.get(id)));
   }
 
+  /**
+   * Runs before a sandbox is paused, while it still runs: long-lived streams
+   * of the control plane's own (the activity watch) end there, since a VM
+   * whose vsock must stay quiet while paused cannot have them closed later.
+   */
+  onBeforePause(listener: (id: string) => Promise<void>): void {
+    this.beforePause.push(listener);
+  }
+
   private async pauseLocked(rec: SandboxRecord): Promise<SandboxRecord> {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
+    for (const l of this.beforePause) await l(rec.id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: rec.id }, "before-pause step failed"));
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
     if (inst.quietVsockWhilePaused) {
