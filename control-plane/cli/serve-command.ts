@@ -5,6 +5,7 @@ import { imagesDir } from "../images/layout.js";
 import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../config.js";
 import { createRuntime, isRuntimeName, RUNTIME_NAMES, type RuntimeName } from "../runtimes/select.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
+import { defaultAdmissionLimits } from "../manager/admission.js";
 
 const HELP = `Usage: locale2b serve [options]
 
@@ -23,6 +24,13 @@ Options:
                              (default ${DEFAULT_LIMITS.maxSandboxes}; more are refused with 429)
       --memory-budget-mb N   memory all sandboxes may be given together, in MiB
                              (default ${DEFAULT_LIMITS.memoryBudgetMB})
+      --max-concurrent-creates N
+                             sandbox starts run at once; more creates wait their turn
+                             (default: $LOCALE2B_MAX_CONCURRENT_CREATES, else one per
+                             CPU, here ${defaultAdmissionLimits().concurrent})
+      --create-queue N       creates that may wait for a start; one more is answered
+                             429 with Retry-After, never a time-out (default:
+                             $LOCALE2B_CREATE_QUEUE, else 16 per start slot, here ${defaultAdmissionLimits().queue})
       --warm-pool N          sandboxes kept started ahead of time for creates of the
                              default shape (base template, default vCPUs and memory,
                              internet on): such a create only hands one over
@@ -59,6 +67,8 @@ export interface ServeOptions {
   apiKey?: string;
   runtime: RuntimeName;
   warmPool: number;
+  maxConcurrentCreates?: number;
+  createQueue?: number;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -73,6 +83,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       domain: { type: "string" },
       runtime: { type: "string" },
       "warm-pool": { type: "string" },
+      "max-concurrent-creates": { type: "string" },
+      "create-queue": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -94,6 +106,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     domain: values.domain || undefined,
     apiKey,
     runtime,
+    maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? env.LOCALE2B_MAX_CONCURRENT_CREATES, "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
+    createQueue: intOption(values["create-queue"] ?? env.LOCALE2B_CREATE_QUEUE, "--create-queue", "serve", { min: 0, max: 100_000 }),
     warmPool: intOption(values["warm-pool"] ?? env.LOCALE2B_WARM_POOL, "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
   };
 }
@@ -190,6 +204,10 @@ export async function runServeCommand(args: string[]): Promise<number> {
       createRuntime: other,
       imagesDir: images,
       warmPool: opts.warmPool,
+      admission: {
+        ...(opts.maxConcurrentCreates !== undefined ? { concurrent: opts.maxConcurrentCreates } : {}),
+        ...(opts.createQueue !== undefined ? { queue: opts.createQueue } : {}),
+      },
     });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
