@@ -1,9 +1,9 @@
 // envd under a burst of Start streams, reached as the control plane reaches
 // it (hybrid-vsock handshake on a Unix socket, pooled HTTP/1.1 connections):
-// a new connection's handshake and request are answered while the burst's
-// spawns still wait their turn (one fork per event-loop turn);
-// then every process runs and its output comes whole and in order. Proven by
-// the order of events, not by how long anything took.
+// every stream gets its response headers, and a new connection its handshake
+// and answer, while the burst's forks still wait their turn (one per turn of
+// the event loop); then every process runs and its output comes whole and in
+// order. Proven by the order of events, not by how long anything took.
 import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -23,7 +23,12 @@ function envelope(message: unknown): Buffer {
 }
 
 /** process.Process/Start over Connect JSON on HTTP/1.1: the stdout and exit code; `onStart` when the start event comes. */
-function startStream(agent: http.Agent, script: string, onStart: () => void): Promise<{ out: string; exit: number | undefined }> {
+function startStream(
+  agent: http.Agent,
+  script: string,
+  onStart: () => void,
+  onHeaders: () => void = () => {},
+): Promise<{ out: string; exit: number | undefined }> {
   return new Promise((resolve, reject) => {
     const req = http.request(
       {
@@ -33,6 +38,7 @@ function startStream(agent: http.Agent, script: string, onStart: () => void): Pr
         headers: { host: `${ENVD_PORT}-sandbox`, "content-type": "application/connect+json", "connect-protocol-version": "1" },
       },
       (res) => {
+        onHeaders();
         let buf = Buffer.alloc(0);
         let out = "";
         let exit: number | undefined;
@@ -94,7 +100,7 @@ describe("envd under a burst of Start streams", () => {
     });
   }
 
-  it("answers a new connection's handshake and request between the burst's forks; every output complete and in order", async () => {
+  it("accepts every stream (response headers) and answers a new connection's handshake between the burst's forks; every output whole and in order", async () => {
     const n = 200;
     const lines = 10;
     // The burst's connections are opened (handshakes done) first, so its requests reach envd together.
@@ -102,12 +108,16 @@ describe("envd under a burst of Start streams", () => {
     agent.maxFreeSockets = n;
     await Promise.all(Array.from({ length: n }, () => health(agent, true)));
     let starts = 0;
+    let headers = 0;
+    let startsWhenAllAccepted = -1;
     let firstStart!: () => void;
     const underWay = new Promise<void>((r) => (firstStart = r));
     // Raw Connect JSON streams (as the SDKs send them), each on one of the open connections at once.
     const runs = Array.from({ length: n }, (_, i) =>
       startStream(agent, `for j in $(seq 1 ${lines}); do echo ${i}:$j; done`, () => {
         if (++starts === 1) firstStart();
+      }, () => {
+        if (++headers === n) startsWhenAllAccepted = starts;
       }),
     );
 
@@ -127,6 +137,9 @@ describe("envd under a burst of Start streams", () => {
     expect(startedWhenHealthAnswered).toBeLessThan(n);
     expect(waitingWhenServed).toBeGreaterThan(0);
     expect(starts).toBe(n);
+    // Every stream was accepted (its response headers came) while most of the burst's forks still waited.
+    expect(startsWhenAllAccepted).toBeGreaterThanOrEqual(0);
+    expect(startsWhenAllAccepted).toBeLessThan(n / 2);
     results.forEach((r, i) => {
       expect(r.exit).toBe(0);
       expect(r.out).toBe(Array.from({ length: lines }, (_, j) => `${i}:${j + 1}\n`).join(""));
