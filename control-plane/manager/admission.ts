@@ -35,6 +35,8 @@ export interface AdmissionStats {
 export class Admission {
   private running = 0;
   private readonly waiting: (() => void)[] = [];
+  /** Background starts waiting for a slot no create wants. */
+  private readonly background: (() => void)[] = [];
   private rejected = 0;
   /** Moving average of a start's duration, in seconds (for Retry-After). */
   private avgSeconds = 1;
@@ -55,10 +57,16 @@ export class Admission {
     return Math.min(60, Math.max(1, Math.ceil(rounds * this.avgSeconds)));
   }
 
-  /** Runs `fn` once admitted; rejects with `capacity` when the queue is full. */
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.running < this.limits.concurrent) {
+  /**
+   * Runs `fn` once admitted; rejects with `capacity` when the queue is full.
+   * A `background` start (a warm-pool refill) is never refused and only gets
+   * a slot no create is waiting for.
+   */
+  async run<T>(fn: () => Promise<T>, opts: { background?: boolean } = {}): Promise<T> {
+    if (this.running < this.limits.concurrent && (!opts.background || this.waiting.length === 0)) {
       this.running++;
+    } else if (opts.background) {
+      await new Promise<void>((resolve) => this.background.push(resolve));
     } else if (this.waiting.length < this.limits.queue) {
       // The slot is handed over by the finishing start: `running` stays as it is.
       await new Promise<void>((resolve) => this.waiting.push(resolve));
@@ -75,7 +83,7 @@ export class Admission {
       return await fn();
     } finally {
       this.avgSeconds = 0.8 * this.avgSeconds + 0.2 * ((Date.now() - started) / 1000);
-      const next = this.waiting.shift();
+      const next = this.waiting.shift() ?? this.background.shift();
       if (next) next();
       else this.running--;
     }

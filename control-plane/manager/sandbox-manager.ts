@@ -81,6 +81,7 @@ export class SandboxManager {
         runtime: () => this.runtimes.forTemplate("base"),
         dir: (id) => this.dir(id),
         waitReady: (id, inst) => this.waitReady(id, inst),
+        admit: (start) => this.admission.run(start, { background: true }),
         log: o.log.child({ component: "warm-pool" }),
       });
     }

@@ -46,6 +46,24 @@ describe("Admission", () => {
     expect(a.stats()).toMatchObject({ running: 0, queued: 0, rejected: 1 });
   });
 
+  it("a background start (warm-pool refill) is never refused and yields its turn to every waiting create", async () => {
+    const a = new Admission({ concurrent: 1, queue: 1 });
+    const order: string[] = [];
+    const first = deferred();
+    const running = a.run(async () => {
+      order.push("create 0");
+      await first.promise;
+    });
+    const refill = a.run(async () => void order.push("refill"), { background: true });
+    const queued = a.run(async () => void order.push("create 1"));
+    await tick();
+    expect(a.stats()).toMatchObject({ running: 1, queued: 1, rejected: 0 });
+    first.resolve();
+    await Promise.all([running, refill, queued]);
+    expect(order).toEqual(["create 0", "create 1", "refill"]);
+    expect(a.stats()).toMatchObject({ running: 0, queued: 0 });
+  });
+
   it("a failed start frees its slot", async () => {
     const a = new Admission({ concurrent: 1, queue: 0 });
     await expect(a.run(async () => Promise.reject(new Error("boom")))).rejects.toThrow("boom");
