@@ -21,6 +21,7 @@ import { EnvdRpc } from "./transport/envd-rpc.js";
 import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
 import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js";
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
+import { defaultAdmissionLimits, type AdmissionLimits } from "./manager/admission.js";
 import { ProcessRuntime } from "./runtimes/process/process-runtime.js";
 import type { Runtime } from "./runtimes/runtime.js";
 import { RuntimeSet } from "./runtimes/runtime-set.js";
@@ -47,6 +48,8 @@ export interface ControlPlaneOptions {
   /** Sandboxes of the default shape kept started ahead of creates (default 0). */
   warmPool?: number;
   limits?: Partial<ManagerLimits>;
+  /** Sandbox starts at once and how many may wait (default: one per CPU, 16 waiting per CPU). */
+  admission?: Partial<AdmissionLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
   /** An API key to accept (LOCALE2B_API_KEY); otherwise the first start creates one. */
@@ -129,6 +132,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     templates: catalog,
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
+    admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
     prepare: (rec, socketPath, dir) =>
       prepareWorkspaceDir(envdRpc, { sandboxId: rec.id, socketPath, token: rec.envdAccessToken }, dir, "user", log.child({ sandboxId: rec.id })),
@@ -187,7 +191,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       for (const s of manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
         states[s.state] = (states[s.state] ?? 0) + 1;
       }
-      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory()) + activity.renderPrometheus());
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory(), manager.admissionStats()) + activity.renderPrometheus());
       return;
     }
     rpc(req, res);

@@ -8,6 +8,7 @@ import type { ActivitySettings } from "../activity.js";
 import type { WorkspaceSettings } from "../api/workspace/deps.js";
 import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
+import { defaultAdmissionLimits } from "../manager/admission.js";
 
 const HELP = `Usage: locale2b serve [options]
 
@@ -28,6 +29,13 @@ Options:
                              (default ${DEFAULT_LIMITS.maxSandboxes}; more are refused with 429)
       --memory-budget-mb N   memory all sandboxes may be given together, in MiB
                              (default ${DEFAULT_LIMITS.memoryBudgetMB})
+      --max-concurrent-creates N
+                             sandbox starts run at once; more creates wait their turn
+                             (default: $LOCALE2B_MAX_CONCURRENT_CREATES, else one per
+                             CPU, here ${defaultAdmissionLimits().concurrent})
+      --create-queue N       creates that may wait for a start; one more is answered
+                             429 with Retry-After, never a time-out (default:
+                             $LOCALE2B_CREATE_QUEUE, else 16 per start slot, here ${defaultAdmissionLimits().queue})
       --warm-pool N          sandboxes kept started ahead of time for creates of the
                              default shape (base template, default vCPUs and memory,
                              internet on): such a create only hands one over
@@ -82,6 +90,8 @@ export interface ServeOptions {
   warmPool: number;
   activity: Partial<ActivitySettings>;
   workspace: Partial<WorkspaceSettings>;
+  maxConcurrentCreates?: number;
+  createQueue?: number;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -103,6 +113,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       "session-buffer-mb": { type: "string" },
       "workspace-idle-timeout-s": { type: "string" },
       "no-sandbox-activity": { type: "boolean" },
+      "max-concurrent-creates": { type: "string" },
+      "create-queue": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -124,6 +136,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     domain: values.domain || undefined,
     apiKey,
     runtime,
+    maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? env.LOCALE2B_MAX_CONCURRENT_CREATES, "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
+    createQueue: intOption(values["create-queue"] ?? env.LOCALE2B_CREATE_QUEUE, "--create-queue", "serve", { min: 0, max: 100_000 }),
     warmPool: intOption(values["warm-pool"] ?? env.LOCALE2B_WARM_POOL, "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
     ...activityOptions(values, env),
   };
@@ -255,6 +269,10 @@ export async function runServeCommand(args: string[]): Promise<number> {
       warmPool: opts.warmPool,
       activity: opts.activity,
       workspace: opts.workspace,
+      admission: {
+        ...(opts.maxConcurrentCreates !== undefined ? { concurrent: opts.maxConcurrentCreates } : {}),
+        ...(opts.createQueue !== undefined ? { queue: opts.createQueue } : {}),
+      },
     });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;

@@ -13,6 +13,7 @@ import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
+import { Admission, defaultAdmissionLimits, type AdmissionLimits, type AdmissionStats } from "./admission.js";
 import {
   ControlPlaneError,
   type CreateSandboxInput,
@@ -46,6 +47,8 @@ export interface ManagerOptions {
   templates: { has(id: string): boolean; names(): string[] };
   defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
   readyTimeoutMs: number;
+  /** Sandbox starts at once and starts that may wait (default: one per CPU, 16 waiting per CPU). */
+  admission?: AdmissionLimits;
   /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
   warmPool?: number;
   /**
@@ -70,11 +73,13 @@ export class SandboxManager {
   private readonly locks = new KeyedLock();
   private readonly runtimes: RuntimeSet;
   private readonly warm: WarmPool | undefined;
+  private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
   private readonly beforePause: ((id: string) => Promise<void>)[] = [];
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
+    this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
     if (o.warmPool) {
       this.warm = new WarmPool({
         size: o.warmPool,
@@ -82,6 +87,7 @@ export class SandboxManager {
         runtime: () => this.runtimes.forTemplate("base"),
         dir: (id) => this.dir(id),
         waitReady: (id, inst) => this.waitReady(id, inst),
+        admit: (start) => this.admission.run(start, { background: true }),
         log: o.log.child({ component: "warm-pool" }),
       });
     }
@@ -131,6 +137,11 @@ export class SandboxManager {
       rmSync(join(root, id), { recursive: true, force: true });
       this.o.log.info({ sandboxId: id }, "removed the directory of a sandbox that is gone");
     }
+  }
+
+  /** Starts in progress and waiting, and the limits (metrics). */
+  admissionStats(): AdmissionStats {
+    return this.admission.stats();
   }
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
@@ -249,6 +260,21 @@ export class SandboxManager {
         await this.warm.discard(warm);
       }
     }
+    // Over the sandbox limit: refused before queueing. Then one of the host's
+    // start slots (or a place in the bounded queue, else 429): the readiness
+    // deadline below starts only once this start runs.
+    checkCapacity(this.o.store, this.o.limits, memoryMB);
+    return this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress));
+  }
+
+  private createNew(
+    input: CreateSandboxInput,
+    runtime: Runtime,
+    shape: WarmShape,
+    timeout: number,
+    egress: Awaited<ReturnType<typeof egressFor>>,
+  ): Promise<SandboxRecord> {
+    const memoryMB = shape.memoryMB;
     const id = newSandboxId();
     return this.locks.run(id, async () => {
       checkCapacity(this.o.store, this.o.limits, memoryMB);

@@ -25,6 +25,8 @@ export interface WarmPoolOptions {
   shape: WarmShape;
   runtime: () => Promise<Runtime>;
   dir: (id: string) => string;
+  /** Runs a start in one of the host's start slots, behind any waiting create (default: at once). */
+  admit?: <T>(start: () => Promise<T>) => Promise<T>;
   /** Waits until the instance's envd answers (the manager's readiness check). */
   waitReady: (id: string, inst: Instance) => Promise<void>;
   log: Logger;
@@ -81,7 +83,8 @@ export class WarmPool {
   fill(): void {
     if (this.closed || this.starting > 0 || this.ready.length >= this.o.size || Date.now() < this.retryAt) return;
     this.starting++;
-    this.inflight = this.startOne()
+    const admit = this.o.admit ?? ((start) => start());
+    this.inflight = admit(() => this.startOne())
       .then((warm) => {
         if (this.closed) return this.discard(warm);
         this.ready.push(warm);

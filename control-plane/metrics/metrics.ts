@@ -3,6 +3,7 @@
 // events, and a few process metrics. Dependency-free; see prometheus.ts.
 import type { LifecycleBus } from "../manager/events.js";
 import type { LifecycleEventType, SandboxState } from "../manager/types.js";
+import type { AdmissionStats } from "../manager/admission.js";
 import { header, Histogram, LabeledCounter, sample } from "./prometheus.js";
 
 /** Latency buckets in seconds, 5 ms … 5 min (a microVM under emulation boots in tens of seconds). */
@@ -73,7 +74,11 @@ export class ControlPlaneMetrics {
   }
 
   /** The exposition text; `states` counts sandboxes by state (missing states are 0). */
-  render(states: Record<string, number>, hostMemory: { sandboxId: string; runtime: string; bytes: number }[] = []): string {
+  render(
+    states: Record<string, number>,
+    hostMemory: { sandboxId: string; runtime: string; bytes: number }[] = [],
+    admission?: AdmissionStats,
+  ): string {
     let out = header("locale2b_sandboxes", "gauge", "Sandboxes by state.");
     const names = [...SANDBOX_STATES, ...Object.keys(states).filter((s) => !SANDBOX_STATES.includes(s as SandboxState))];
     for (const s of names) out += sample("locale2b_sandboxes", { state: s }, states[s] ?? 0);
@@ -83,6 +88,7 @@ export class ControlPlaneMetrics {
     out += header("locale2b_proxy_open_streams", "gauge", "Requests and streams the envd proxy has open.");
     out += sample("locale2b_proxy_open_streams", {}, this.openStreams);
     out += this.events.render();
+    if (admission) out += renderAdmission(admission);
     if (hostMemory.length) {
       out += header("locale2b_sandbox_host_memory_bytes", "gauge", "Host memory a sandbox's VMM uses (resident: guest RAM it touched plus its own).");
       for (const m of hostMemory) out += sample("locale2b_sandbox_host_memory_bytes", { sandbox_id: m.sandboxId, runtime: m.runtime }, m.bytes);
@@ -106,4 +112,19 @@ export class ControlPlaneMetrics {
     out += sample("locale2b_uptime_seconds", {}, (Date.now() - this.startedAt) / 1000);
     return out;
   }
+}
+
+/** Sandbox-start admission: the limits (--max-concurrent-creates, --create-queue), what runs and waits, and refusals. */
+function renderAdmission(a: AdmissionStats): string {
+  let out = header("locale2b_create_concurrency_limit", "gauge", "Sandbox starts the server runs at once (--max-concurrent-creates).");
+  out += sample("locale2b_create_concurrency_limit", {}, a.limits.concurrent);
+  out += header("locale2b_create_queue_limit", "gauge", "Sandbox creates that may wait for a start slot (--create-queue); more are answered 429.");
+  out += sample("locale2b_create_queue_limit", {}, a.limits.queue);
+  out += header("locale2b_creates_in_progress", "gauge", "Sandbox starts in progress.");
+  out += sample("locale2b_creates_in_progress", {}, a.running);
+  out += header("locale2b_creates_queued", "gauge", "Sandbox creates waiting for a start slot.");
+  out += sample("locale2b_creates_queued", {}, a.queued);
+  out += header("locale2b_creates_rejected_total", "counter", "Sandbox creates refused with 429 because the create queue was full.");
+  out += sample("locale2b_creates_rejected_total", {}, a.rejected);
+  return out;
 }

@@ -53,6 +53,8 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
     // CPU per streamed GiB (the E2B SDKs never ask for it).
     compressMinBytes: Number.MAX_SAFE_INTEGER,
     jsonOptions: { ignoreUnknownFields: true },
+    // A Start whose spawn waits its turn (process/handler/spawn-turns.ts) is answered with headers meanwhile.
+    eagerStreamHeaders: true,
     interceptors: [userInterceptor(ctx)],
     routes(router: ConnectRouter) {
       router.service(Process, processes.impl);

@@ -6,6 +6,7 @@ import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
 import { withChildOomScore } from "./oom-score.js";
+import { spawnTurn } from "./spawn-turns.js";
 
 export type OutputKind = "stdout" | "stderr" | "pty";
 
@@ -86,6 +87,7 @@ export class ProcessHandle {
    * `invalid_argument` when nothing can be started at all.
    */
   static async spawn(spec: SpawnSpec): Promise<ProcessHandle> {
+    await spawnTurn();
     if (spec.pty) {
       const failure = precheckExec(spec.cmd, spec.env.PATH);
       return ProcessHandle.spawnPty(failure ? reporter(spec, failure) : spec, spec.pty);
