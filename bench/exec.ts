@@ -22,7 +22,7 @@ function localTrue(): Promise<void> {
 }
 
 /** One Start of /bin/true through envd, consumed until the stream ends; checks the end event. */
-async function envdTrue(client: Client<typeof Process>): Promise<void> {
+export async function envdTrue(client: Client<typeof Process>): Promise<void> {
   let exitCode: number | undefined;
   for await (const res of client.start({ process: { cmd: "/bin/true", args: [] }, stdin: false })) {
     const e = res.event?.event;

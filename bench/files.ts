@@ -19,7 +19,7 @@ const GOAL_RSS_BYTES = 64 * 1024 * 1024;
 const WARMUP_BYTES = 16 * 1024 * 1024;
 
 /** Writes `bytes` of incompressible data (one random MiB, repeated) to `path`. */
-async function createSource(path: string, bytes: number): Promise<void> {
+export async function createSource(path: string, bytes: number): Promise<void> {
   const block = randomBytes(1024 * 1024);
   async function* chunks() {
     for (let left = bytes; left > 0; left -= block.length) yield left >= block.length ? block : block.subarray(0, left);

@@ -1,4 +1,5 @@
 import { benchControlPlane } from "./sandboxes/index.js";
+import { benchE2bEnvd } from "./e2b-envd.js";
 import { benchExec } from "./exec.js";
 import { benchPorts } from "./ports.js";
 import { benchFiles } from "./files.js";
@@ -22,6 +23,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   vm: benchVm,
   ports: benchPorts,
   workspace: benchWorkspace,
+  "e2b-envd": benchE2bEnvd,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -47,6 +49,12 @@ workspace (the workspace API, process runtime):
   LOCALE2B_BENCH_WORKSPACE_PARTS only these parts, e.g. "1,3" (1 exec, 2 session echo, 3 event stream)
   LOCALE2B_BENCH_WS_SANDBOXES=100 sandboxes running commands at once (part 3)
   LOCALE2B_BENCH_WS_COMMANDS=50  commands each of them runs (part 3)
+e2b-envd (E2B's Go envd beside ours; needs root, Go and a copy of e2b-dev/infra, else "skipped"):
+  LOCALE2B_BENCH_E2B_ROUNDS=3    rounds, each starting both envds fresh (order alternating); also uses BYTES, EXEC_N, WARMUP
+  LOCALE2B_BENCH_E2B_SDK_N=50    SDK commands.run('true') calls per round and envd
+  LOCALE2B_BENCH_E2B_INFRA       the e2b-dev/infra repository (checkout or bare; default /work/.mirror/e2b-dev+infra/repo)
+  LOCALE2B_BENCH_E2B_REF=HEAD    its commit to build (cached in ~/.cache/locale2b/e2b-envd/<commit>/envd)
+  LOCALE2B_BENCH_E2B_ENVD        a prebuilt E2B envd binary instead
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

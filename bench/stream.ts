@@ -27,7 +27,7 @@ function rawPipe(bytes: number): Promise<number> {
 }
 
 /** The same command through envd's Start, counting stdout bytes until the end event. */
-async function viaEnvd(client: Client<typeof Process>, bytes: number): Promise<number> {
+export async function viaEnvd(client: Client<typeof Process>, bytes: number): Promise<number> {
   let got = 0;
   let exitCode: number | undefined;
   const stream = client.start({ process: { cmd: "head", args: ["-c", String(bytes), "/dev/zero"] }, stdin: false });
