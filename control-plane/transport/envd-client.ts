@@ -25,7 +25,7 @@ export class EnvdClient {
     return new Promise((resolve, reject) => {
       const req = http.request(
         {
-          agent: this.pool.get(sandboxId, socketPath, ENVD_PORT),
+          agent: this.pool.control(sandboxId, socketPath, ENVD_PORT),
           method: opts.method,
           path: opts.path,
           headers: {

@@ -262,6 +262,22 @@ export class AgentPool {
     return agent;
   }
 
+  /**
+   * The control plane's own connections to a sandbox's envd (/health, /init):
+   * a pool of their own, so they never queue behind hundreds of user streams
+   * holding every connection of the proxy's pool.
+   */
+  control(sandboxId: string, socketPath: string, port: number): HybridVsockAgent {
+    const key = `${sandboxId}:control`;
+    let agent = this.agents.get(key);
+    if (!agent || agent.socketPath !== socketPath) {
+      agent?.destroy();
+      agent = new HybridVsockAgent(socketPath, port, this.gate(sandboxId));
+      this.agents.set(key, agent);
+    }
+    return agent;
+  }
+
   /** Closes every pooled connection of a sandbox (kill, or a resume that reset vsock). */
   drop(sandboxId: string): void {
     for (const [key, agent] of this.agents) {

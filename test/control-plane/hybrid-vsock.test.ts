@@ -5,6 +5,7 @@ import net from "node:net";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentPool, dialHybridVsock, DialError } from "../../control-plane/transport/hybrid-vsock.js";
+import { EnvdClient } from "../../control-plane/transport/envd-client.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
 import { collect, sh } from "../helpers/process.js";
@@ -54,6 +55,25 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
     await new Promise<void>((r) => silent.listen(silentPath, r));
     await expect(dialHybridVsock(silentPath, 49983, 300)).rejects.toThrow(/did not answer/);
     silent.close();
+  });
+
+  it("the control plane's own requests (/health, /init) never queue behind user streams holding every pooled connection", async () => {
+    const pool = new AgentPool();
+    const agent = pool.get("sbx", sock, 49983);
+    agent.maxSockets = 2; // the proxy's pool, full (its requests, like the control plane's, name no host: one origin)
+    const client = createClient(Process, createConnectTransport({ baseUrl: "http://localhost", httpVersion: "1.1", nodeOptions: { agent } }));
+    const ctl = new AbortController();
+    const streams = [0, 1].map(async () => {
+      const it = client.start(sh("sleep 30"), { signal: ctl.signal })[Symbol.asyncIterator]();
+      await it.next(); // started: the connection is held
+      return it;
+    });
+    await Promise.all(streams);
+    expect(Object.values(agent.sockets).flat().length).toBe(2);
+    const health = await new EnvdClient(pool).request("sbx", sock, { method: "GET", path: "/health", timeoutMs: 5_000 });
+    expect(health.status).toBe(204);
+    ctl.abort();
+    pool.destroy();
   });
 
   it("pools keep-alive connections and carries Connect streams", async () => {
