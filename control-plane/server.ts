@@ -117,6 +117,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   const pool = new AgentPool();
   const envdRpc = new EnvdRpc(pool);
+  // Built once the manager runs; the manager's quiesce hook reaches it.
+  let activity: Activity | undefined;
   const manager = new SandboxManager({
     store,
     runtime,
@@ -130,12 +132,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
     warmPool: opts.warmPool,
+    quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
     prepare: (rec, socketPath, dir) =>
       prepareWorkspaceDir(envdRpc, { sandboxId: rec.id, socketPath, token: rec.envdAccessToken }, dir, "user", log.child({ sandboxId: rec.id })),
     log,
   });
   await manager.start();
-  const activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
+  activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.

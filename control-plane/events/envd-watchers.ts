@@ -82,6 +82,15 @@ export class EnvdActivityWatchers {
     this.watches.delete(id);
   }
 
+  /** Closes a sandbox's watch (its connection closed) until the sandbox resumes; its cursor is kept. */
+  async detach(id: string): Promise<void> {
+    const w = this.watches.get(id);
+    if (!w) return;
+    this.watches.delete(id);
+    w.abort.abort();
+    await w.done;
+  }
+
   private cursor(id: string): Cursor {
     this.o.db.flush();
     const row = this.o.db.get<{ stream_id: string; seq: number }>("SELECT stream_id, seq FROM envd_cursors WHERE sandbox_id = ?", [id]);

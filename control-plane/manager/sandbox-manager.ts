@@ -53,6 +53,12 @@ export interface ManagerOptions {
    * answered (the workspace API makes /workspace there). Must not throw.
    */
   prepare?: (sandbox: SandboxRecord, socketPath: string, dir: string) => Promise<void>;
+  /**
+   * Before a sandbox whose vsock must stay quiet while paused (qemu) is
+   * paused: close the control plane's own long-lived streams to it (activity
+   * watch, sessions) while it still runs. They reopen on its resume.
+   */
+  quiesce?: (sandboxId: string) => Promise<void>;
   log: Logger;
 }
 
@@ -308,6 +314,7 @@ export class SandboxManager {
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
     if (inst.quietVsockWhilePaused) {
+      await this.o.quiesce?.(rec.id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: rec.id }, "closing streams before a pause failed"));
       this.o.pool.closeIdle(rec.id);
       this.o.pool.hold(rec.id);
     }
@@ -421,7 +428,9 @@ export class SandboxManager {
   async route(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
     if (rec.state === "paused" && rec.autoResume) {
-      rec = (await this.connect(id, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)))).sandbox;
+      // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
+      const seconds = Math.min(this.o.limits.maxTimeoutSeconds, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)));
+      rec = (await this.connect(id, seconds)).sandbox;
     }
     if (rec.state !== "running") {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
