@@ -133,8 +133,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     readyTimeoutMs: 30_000,
     warmPool: opts.warmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
-    prepare: (rec, socketPath, dir) =>
-      prepareWorkspaceDir(envdRpc, { sandboxId: rec.id, socketPath, token: rec.envdAccessToken }, dir, "user", log.child({ sandboxId: rec.id })),
+    prepare: (sandboxId, socketPath, token, dir) =>
+      prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId })),
     log,
   });
   await manager.start();

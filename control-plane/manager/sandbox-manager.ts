@@ -49,10 +49,12 @@ export interface ManagerOptions {
   /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
   warmPool?: number;
   /**
-   * Runs once a new sandbox's envd has its settings, before the create is
-   * answered (the workspace API makes /workspace there). Must not throw.
+   * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
+   * made, ahead of any create; else before the create is answered). `token`
+   * is envd's access token, "" before /init set one. The workspace API makes
+   * /workspace there. Must not throw.
    */
-  prepare?: (sandbox: SandboxRecord, socketPath: string, dir: string) => Promise<void>;
+  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string) => Promise<void>;
   /**
    * Before a sandbox whose vsock must stay quiet while paused (qemu) is
    * paused: close the control plane's own long-lived streams to it (activity
@@ -86,7 +88,10 @@ export class SandboxManager {
         shape: { templateId: "base", ...o.defaults },
         runtime: () => this.runtimes.forTemplate("base"),
         dir: (id) => this.dir(id),
-        waitReady: (id, inst) => this.waitReady(id, inst),
+        waitReady: async (id, inst) => {
+          await this.waitReady(id, inst);
+          await this.o.prepare?.(id, inst.socketPath, "", this.dir(id));
+        },
         log: o.log.child({ component: "warm-pool" }),
       });
     }
@@ -248,7 +253,7 @@ export class SandboxManager {
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
-        await this.o.prepare?.(rec, inst.socketPath, dir);
+        await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
@@ -273,7 +278,6 @@ export class SandboxManager {
         checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         await pushInit(this.o.envd, rec, warm.inst);
-        await this.o.prepare?.(rec, warm.inst.socketPath, this.dir(warm.id));
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
