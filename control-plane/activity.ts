@@ -66,6 +66,8 @@ export interface Activity {
   workspaces: Workspaces;
   /** Prometheus series of events, subscribers and sessions. */
   renderPrometheus(): string;
+  /** Closes the control plane's own streams to a sandbox about to be paused (SandboxManager's quiesce). */
+  quiesce(sandboxId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -121,6 +123,11 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
     sessions,
     history,
     workspaces: new Workspaces(manager, log),
+    async quiesce(sandboxId) {
+      await Promise.all([watchers.detach(sandboxId), sessions.detach(sandboxId)]);
+      // Let the closes reach the socket before the VM stops.
+      await new Promise((r) => setImmediate(r));
+    },
     renderPrometheus() {
       let out = header("locale2b_events_total", "counter", "Events published, by type (workspace API names).");
       for (const [type, n] of bus.published) out += sample("locale2b_events_total", { type }, n);

@@ -120,6 +120,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   const pool = new AgentPool();
   const envdRpc = new EnvdRpc(pool);
+  // Built once the manager runs; the manager's quiesce hook reaches it.
+  let activity: Activity | undefined;
   const manager = new SandboxManager({
     store,
     runtime,
@@ -134,12 +136,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     readyTimeoutMs: 30_000,
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
-    prepare: (rec, socketPath, dir) =>
-      prepareWorkspaceDir(envdRpc, { sandboxId: rec.id, socketPath, token: rec.envdAccessToken }, dir, "user", log.child({ sandboxId: rec.id })),
+    quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
+    prepare: (sandboxId, socketPath, token, dir) =>
+      prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId })),
     log,
   });
   await manager.start();
-  const activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
+  activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.

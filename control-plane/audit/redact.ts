@@ -12,6 +12,9 @@ const API_KEY = /e2b_[0-9a-f]{40}/g;
 /** Shorter values are too likely to be ordinary words or numbers to be redacted everywhere. */
 const MIN_SECRET_LENGTH = 4;
 
+/** Per-request secrets kept per sandbox (the oldest go first): a bound on what a long-lived sandbox costs. */
+const MAX_ADDED_SECRETS = 1000;
+
 export const REDACTED = "[REDACTED]";
 
 /** The env var names of a sandbox that are secret: marked so, or named like a secret. */
@@ -32,35 +35,43 @@ export function secretEnvNames(rec: Pick<SandboxRecord, "envVars" | "metadata">)
  * secret env given to one command).
  */
 export class Redactor {
-  private readonly bySandbox = new Map<string, Set<string>>();
+  /** From the sandbox's record: its tokens and secret env values. */
+  private readonly recorded = new Map<string, Set<string>>();
+  /** Brought by requests (an exec's secret_env), at most MAX_ADDED_SECRETS per sandbox. */
+  private readonly added = new Map<string, Set<string>>();
 
   /** (Re)computes a sandbox's secrets from its record. */
   remember(rec: SandboxRecord): void {
-    const values = new Set<string>([rec.envdAccessToken, rec.trafficAccessToken]);
-    for (const name of secretEnvNames(rec)) values.add(rec.envVars[name]!);
-    const kept = this.bySandbox.get(rec.id);
-    for (const v of kept ?? []) values.add(v);
-    this.bySandbox.set(
-      rec.id,
-      new Set([...values].filter((v) => typeof v === "string" && v.length >= MIN_SECRET_LENGTH)),
-    );
+    const values = [rec.envdAccessToken, rec.trafficAccessToken, ...secretEnvNames(rec).map((n) => rec.envVars[n]!)];
+    this.recorded.set(rec.id, new Set(values.filter((v) => typeof v === "string" && v.length >= MIN_SECRET_LENGTH)));
   }
 
   /** Secrets one request brought (e.g. an exec's secret env). */
   add(sandboxId: string, values: string[]): void {
-    let set = this.bySandbox.get(sandboxId);
-    if (!set) this.bySandbox.set(sandboxId, (set = new Set()));
-    for (const v of values) if (v.length >= MIN_SECRET_LENGTH) set.add(v);
+    let set = this.added.get(sandboxId);
+    if (!set) this.added.set(sandboxId, (set = new Set()));
+    for (const v of values) {
+      if (v.length < MIN_SECRET_LENGTH) continue;
+      set.delete(v);
+      set.add(v);
+    }
+    for (const old of set) {
+      if (set.size <= MAX_ADDED_SECRETS) break;
+      set.delete(old);
+    }
   }
 
   forget(sandboxId: string): void {
-    this.bySandbox.delete(sandboxId);
+    this.recorded.delete(sandboxId);
+    this.added.delete(sandboxId);
   }
 
   redact(text: string, sandboxId?: string): string {
     let out = text.includes("e2b_") ? text.replace(API_KEY, REDACTED) : text;
-    const secrets = sandboxId ? this.bySandbox.get(sandboxId) : undefined;
-    if (secrets) for (const s of secrets) if (out.includes(s)) out = out.split(s).join(REDACTED);
+    if (!sandboxId) return out;
+    for (const secrets of [this.recorded.get(sandboxId), this.added.get(sandboxId)]) {
+      if (secrets) for (const s of secrets) if (out.includes(s)) out = out.split(s).join(REDACTED);
+    }
     return out;
   }
 }

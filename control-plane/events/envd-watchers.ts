@@ -49,12 +49,6 @@ export class EnvdActivityWatchers {
   ) {}
 
   start(): void {
-    // The watch ends before a pause (a paused VM's vsock must see no close); a resume starts it again.
-    this.o.manager.onBeforePause(async (id) => {
-      const w = this.watches.get(id);
-      this.stop(id);
-      await w?.done;
-    });
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "created" || e.type === "resumed") {
         this.watch(e.sandbox.id);
@@ -86,6 +80,15 @@ export class EnvdActivityWatchers {
   private stop(id: string): void {
     this.watches.get(id)?.abort.abort();
     this.watches.delete(id);
+  }
+
+  /** Closes a sandbox's watch (its connection closed) until the sandbox resumes; its cursor is kept. */
+  async detach(id: string): Promise<void> {
+    const w = this.watches.get(id);
+    if (!w) return;
+    this.watches.delete(id);
+    w.abort.abort();
+    await w.done;
   }
 
   private cursor(id: string): Cursor {

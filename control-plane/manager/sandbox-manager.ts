@@ -52,10 +52,18 @@ export interface ManagerOptions {
   /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
   warmPool?: number;
   /**
-   * Runs once a new sandbox's envd has its settings, before the create is
-   * answered (the workspace API makes /workspace there). Must not throw.
+   * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
+   * made, ahead of any create; else before the create is answered). `token`
+   * is envd's access token, "" before /init set one. The workspace API makes
+   * /workspace there. Must not throw.
    */
-  prepare?: (sandbox: SandboxRecord, socketPath: string, dir: string) => Promise<void>;
+  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string) => Promise<void>;
+  /**
+   * Before a sandbox whose vsock must stay quiet while paused (qemu) is
+   * paused: close the control plane's own long-lived streams to it (activity
+   * watch, sessions) while it still runs. They reopen on its resume.
+   */
+  quiesce?: (sandboxId: string) => Promise<void>;
   log: Logger;
 }
 
@@ -75,7 +83,6 @@ export class SandboxManager {
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
-  private readonly beforePause: ((id: string) => Promise<void>)[] = [];
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -86,7 +93,10 @@ export class SandboxManager {
         shape: { templateId: "base", ...o.defaults },
         runtime: () => this.runtimes.forTemplate("base"),
         dir: (id) => this.dir(id),
-        waitReady: (id, inst) => this.waitReady(id, inst),
+        waitReady: async (id, inst) => {
+          await this.waitReady(id, inst);
+          await this.o.prepare?.(id, inst.socketPath, "", this.dir(id));
+        },
         admit: (start) => this.admission.run(start, { background: true }),
         log: o.log.child({ component: "warm-pool" }),
       });
@@ -289,7 +299,7 @@ export class SandboxManager {
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
-        await this.o.prepare?.(rec, inst.socketPath, dir);
+        await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
@@ -314,7 +324,6 @@ export class SandboxManager {
         checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         await pushInit(this.o.envd, rec, warm.inst);
-        await this.o.prepare?.(rec, warm.inst.socketPath, this.dir(warm.id));
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
@@ -348,23 +357,14 @@ export class SandboxManager {
     return this.locks.run(id, () => this.pauseLocked(this.get(id)));
   }
 
-  /**
-   * Runs before a sandbox is paused, while it still runs: long-lived streams
-   * of the control plane's own (the activity watch) end there, since a VM
-   * whose vsock must stay quiet while paused cannot have them closed later.
-   */
-  onBeforePause(listener: (id: string) => Promise<void>): void {
-    this.beforePause.push(listener);
-  }
-
   private async pauseLocked(rec: SandboxRecord): Promise<SandboxRecord> {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
-    for (const l of this.beforePause) await l(rec.id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: rec.id }, "before-pause step failed"));
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
     if (inst.quietVsockWhilePaused) {
+      await this.o.quiesce?.(rec.id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: rec.id }, "closing streams before a pause failed"));
       this.o.pool.closeIdle(rec.id);
       this.o.pool.hold(rec.id);
     }
@@ -479,7 +479,9 @@ export class SandboxManager {
   async route(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
     if (rec.state === "paused" && rec.autoResume) {
-      rec = (await this.connect(id, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)))).sandbox;
+      // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
+      const seconds = Math.min(this.o.limits.maxTimeoutSeconds, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)));
+      rec = (await this.connect(id, seconds)).sandbox;
     }
     if (rec.state !== "running") {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);

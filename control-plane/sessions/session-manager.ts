@@ -110,11 +110,33 @@ export class SessionManager {
     }
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "resumed") {
-        for (const s of this.bySandbox.get(e.sandbox.id)?.values() ?? []) if (s.rec.running && !s.attached) this.attach(s, undefined, true);
+        for (const s of this.bySandbox.get(e.sandbox.id)?.values() ?? []) {
+          if (s.rec.running && !s.attached) this.attach(s, undefined, !s.detachedForPause);
+          s.detachedForPause = false;
+        }
       } else if (e.type === "killed") {
         this.forgetSandbox(e.sandbox.id);
       }
     });
+  }
+
+  /**
+   * Closes the streams of a sandbox's sessions before it is paused (see
+   * SandboxManager's quiesce); they re-attach when it resumes.
+   */
+  async detach(sandboxId: string): Promise<void> {
+    const waits: Promise<void>[] = [];
+    for (const s of this.bySandbox.get(sandboxId)?.values() ?? []) {
+      const abort = this.aborts.get(s);
+      if (!abort) continue;
+      s.detachedForPause = true;
+      abort.abort();
+      waits.push(new Promise((resolve) => {
+        const check = () => (s.attached ? setTimeout(check, 5) : resolve());
+        check();
+      }));
+    }
+    await Promise.all(waits);
   }
 
   private sessions(sandboxId: string): Map<string, Session> {

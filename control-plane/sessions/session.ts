@@ -33,6 +33,8 @@ export class Session {
   attached = false;
   /** Set when the session is being killed through the API (its end says so). */
   killRequested = false;
+  /** Detached for a pause (nothing runs meanwhile): its re-attachment needs no marker. */
+  detachedForPause = false;
 
   constructor(
     public rec: SessionRecord,

@@ -22,7 +22,7 @@ export class EnvdRpc {
   constructor(private readonly pool: AgentPool) {}
 
   client<S extends DescService>(service: S, target: EnvdTarget, user?: string): Client<S> {
-    const headers: [string, string][] = [["x-access-token", target.token]];
+    const headers: [string, string][] = target.token ? [["x-access-token", target.token]] : [];
     if (user) headers.push(["authorization", `Basic ${Buffer.from(`${user}:`).toString("base64")}`]);
     const addHeaders: Interceptor = (next) => (req) => {
       for (const [k, v] of headers) req.header.set(k, v);

@@ -119,6 +119,11 @@ export class Workspaces {
     let routed = this.routes.get(id);
     if (!routed || routed.expires <= now) {
       const gen = this.generation;
+      const rec = this.manager.get(id);
+      // A paused workspace resumes for its idle timeout (route() would give it its whole past lifetime).
+      if (rec.state === "paused" && rec.metadata[WORKSPACE_API_METADATA] === "workspace") {
+        await this.manager.connect(id, this.idleTimeout(rec, 3600));
+      }
       try {
         routed = { ...(await this.manager.route(id)), expires: now + this.routeTtlMs };
       } catch (err) {

@@ -47,6 +47,8 @@ describe("warm pool (process runtime)", () => {
     expect(sbx.sandboxId).toBe(warmId);
     const r = await sbx.commands.run('echo "$FROM_CREATE $(hostname) $(whoami)"');
     expect(r.stdout).toBe(`yes ${warmId} user\n`);
+    // /workspace was made while the sandbox was warm, not on the create's path.
+    expect((await sbx.commands.run("stat -c %U /workspace")).stdout).toBe("user\n");
     expect((await sbx.getInfo()).metadata).toEqual({ who: "warm-test" });
     expect(existsSync(join(cp.dataDir, "sandboxes", warmId!, "warm.json"))).toBe(false);
     await waitFor(() => cp.manager.warmCount === 1 && warmIds(cp).length === 1 && warmIds(cp)[0] !== warmId, "a new warm sandbox");

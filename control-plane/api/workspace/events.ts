@@ -63,6 +63,10 @@ export async function streamEvents({ req, res, query, deps, signal }: WsContext)
     await sse.send("subscribed", { last_id: startId });
     let sent = resumeFrom ?? startId;
     if (resumeFrom !== undefined && deps.bus.log) {
+      const oldest = deps.bus.log.oldestId();
+      if (oldest > resumeFrom + 1 && resumeFrom < startId) {
+        await sse.send("gap", { after_id: resumeFrom, oldest_id: oldest, message: `events ${resumeFrom + 1} to ${oldest - 1} are older than the event log keeps (serve --event-retention-hours)` });
+      }
       // Replay the log up to where the live queue starts.
       while (sent < startId && !sse.closed) {
         const page: SandboxEvent[] = deps.bus.log.page(sent, filter, 500).filter((e) => e.id <= startId);
