@@ -21,7 +21,7 @@ describe.skipIf(missing !== undefined)(`the workspace API on the base template${
   let cp: TestControlPlane;
   let call: ReturnType<typeof workspaceClient>;
   beforeAll(async () => {
-    cp = await startTestControlPlane({ runtime: new ProcessRuntime({ templateRootfs: true, imagesDir: dir }) });
+    cp = await startTestControlPlane({ runtime: new ProcessRuntime({ imagesDir: dir }) });
     call = workspaceClient(cp.workspaceUrl, cp.apiKey);
   });
   afterAll(async () => {
