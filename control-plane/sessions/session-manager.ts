@@ -270,6 +270,12 @@ export class SessionManager {
               return;
             }
           }
+          if (pending) {
+            // A Start must begin with its start event; never start the command twice.
+            pending.done(new ControlPlaneError("internal", "the sandbox ended the session's stream before the command started"));
+            s.rec = { ...s.rec, running: false };
+            return;
+          }
           detached = true;
         } catch (err) {
           if (abort.signal.aborted) return;
