@@ -5,7 +5,7 @@ import type { Instance } from "../runtimes/runtime.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import { deriveToken } from "./ids.js";
-import type { ManagerLimits } from "./sandbox-manager.js";
+import type { ManagerLimits } from "./options.js";
 import { ControlPlaneError, type CreateSandboxInput, type SandboxRecord } from "./types.js";
 import type { WarmShape } from "./warm-pool.js";
 
@@ -34,6 +34,15 @@ export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, s
     runtime,
     runtimeData: {},
   };
+}
+
+/** A client's timeout in whole seconds, or `invalid` when it is not positive or past the limit. */
+export function checkTimeout(seconds: number, maxSeconds: number): number {
+  if (!Number.isFinite(seconds) || seconds <= 0) {
+    throw new ControlPlaneError("invalid", `timeout must be a positive number of seconds, got ${seconds}`);
+  }
+  if (seconds > maxSeconds) throw new ControlPlaneError("invalid", `Timeout cannot be greater than ${maxSeconds / 3600} hours`);
+  return Math.ceil(seconds);
 }
 
 export function checkCapacity(store: Store, limits: ManagerLimits, memoryMB: number): void {

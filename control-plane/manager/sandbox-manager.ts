@@ -1,19 +1,17 @@
-import { mkdirSync, readdirSync, rmSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import type { Logger } from "pino";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
 import { removeLeftoverWarm, WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
-import type { Store } from "../store/store.js";
-import type { EnvdClient } from "../transport/envd-client.js";
-import type { AgentPool } from "../transport/hybrid-vsock.js";
+import { pruneDeadRecords, removeDeadSandboxDirs } from "./leftovers.js";
+import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { InstanceTable } from "./instances.js";
-import { checkCapacity, newRecord, pushInit } from "./records.js";
+import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
-import { Admission, defaultAdmissionLimits, type AdmissionLimits, type AdmissionStats } from "./admission.js";
+import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import {
   ControlPlaneError,
   type CreateSandboxInput,
@@ -22,52 +20,7 @@ import {
   type SandboxRecord,
 } from "./types.js";
 
-export interface ManagerLimits {
-  /** Sandboxes that may exist at once (running or paused). */
-  maxSandboxes: number;
-  /** Sum of memoryMB over existing sandboxes. */
-  memoryBudgetMB: number;
-  /** Longest timeout a client may ask for, in seconds. */
-  maxTimeoutSeconds: number;
-}
-
-export interface ManagerOptions {
-  store: Store;
-  /** The server's default runtime. */
-  runtime: Runtime;
-  /** All runtimes, when templates may pick theirs (default: only `runtime`). */
-  runtimes?: RuntimeSet;
-  pool: AgentPool;
-  envd: EnvdClient;
-  dataDir: string;
-  /** Secret the per-sandbox envd and traffic tokens are derived from. */
-  seed: Buffer;
-  limits: ManagerLimits;
-  /** The templates sandboxes can be created from. */
-  templates: { has(id: string): boolean; names(): string[] };
-  defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
-  readyTimeoutMs: number;
-  /** Sandbox starts at once and starts that may wait (default: one per CPU, 16 waiting per CPU). */
-  admission?: AdmissionLimits;
-  /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
-  warmPool?: number;
-  /**
-   * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
-   * made, ahead of any create; else before the create is answered). `token`
-   * is envd's access token, "" before /init set one. The workspace API makes
-   * /workspace there. Must not throw.
-   */
-  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string) => Promise<void>;
-  /**
-   * Before a sandbox whose vsock must stay quiet while paused (qemu) is
-   * paused: close the control plane's own long-lived streams to it (activity
-   * watch, sessions) while it still runs. They reopen on its resume.
-   */
-  quiesce?: (sandboxId: string) => Promise<void>;
-  log: Logger;
-}
-
-const DEAD_RETENTION_MS = 24 * 3600_000;
+export type { ManagerLimits, ManagerOptions } from "./options.js";
 
 /**
  * The sandbox lifecycle: creating → running ⇄ (pausing → paused → resuming)
@@ -121,32 +74,13 @@ export class SandboxManager {
     for (const rec of this.o.store.listSandboxes({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
       await this.locks.run(rec.id, () => this.adopt(rec));
     }
-    for (const rec of this.o.store.listSandboxes({ states: ["killed"] })) {
-      if (rec.endAt < Date.now() - DEAD_RETENTION_MS) this.o.store.deleteSandbox(rec.id);
-    }
+    pruneDeadRecords(this.o.store);
     this.reaper = setInterval(() => void this.reap(), 1000);
     this.reaper.unref();
     const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
     await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
-    this.removeDeadDirs();
+    removeDeadSandboxDirs(join(this.o.dataDir, "sandboxes"), (id) => (this.o.store.getSandbox(id)?.state ?? "killed") !== "killed", this.o.log);
     this.warm?.fill();
-  }
-
-  /** Directories of sandboxes that are no more (died or were killed while no server ran): gone. */
-  private removeDeadDirs(): void {
-    const root = join(this.o.dataDir, "sandboxes");
-    let ids: string[] = [];
-    try {
-      ids = readdirSync(root);
-    } catch {
-      return;
-    }
-    for (const id of ids) {
-      const rec = this.o.store.getSandbox(id);
-      if (rec && rec.state !== "killed") continue;
-      rmSync(join(root, id), { recursive: true, force: true });
-      this.o.log.info({ sandboxId: id }, "removed the directory of a sandbox that is gone");
-    }
   }
 
   /** Starts in progress and waiting, and the limits (metrics). */
@@ -234,22 +168,12 @@ export class SandboxManager {
     this.emit("killed", dead);
   }
 
-  private validateTimeout(seconds: number): number {
-    if (!Number.isFinite(seconds) || seconds <= 0) {
-      throw new ControlPlaneError("invalid", `timeout must be a positive number of seconds, got ${seconds}`);
-    }
-    if (seconds > this.o.limits.maxTimeoutSeconds) {
-      throw new ControlPlaneError("invalid", `Timeout cannot be greater than ${this.o.limits.maxTimeoutSeconds / 3600} hours`);
-    }
-    return Math.ceil(seconds);
-  }
-
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     const templateId = input.templateId;
     if (!this.o.templates.has(templateId)) {
       throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with 'locale2b template build <name>')`);
     }
-    const timeout = this.validateTimeout(input.timeout);
+    const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
     const runtime = await this.runtimes.forTemplate(templateId).catch((err: Error) => {
       throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
     });
@@ -391,7 +315,7 @@ export class SandboxManager {
    * shortened); a paused one is resumed with a fresh timeout.
    */
   async connect(id: string, timeoutSeconds: number): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
-    const timeout = this.validateTimeout(timeoutSeconds);
+    const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout), resumed: true };
@@ -402,7 +326,7 @@ export class SandboxManager {
 
   /** The deprecated explicit resume: only for paused sandboxes (409 otherwise). */
   async resume(id: string, timeoutSeconds: number, autoPause?: boolean): Promise<SandboxRecord> {
-    const timeout = this.validateTimeout(timeoutSeconds);
+    const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is already running`);
@@ -449,7 +373,7 @@ export class SandboxManager {
 
   /** POST /timeout: the sandbox now ends `seconds` from now (shorter or longer). */
   async setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
-    const timeout = this.validateTimeout(seconds);
+    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Date.now() + timeout * 1000 }));
   }
 
@@ -465,7 +389,7 @@ export class SandboxManager {
 
   /** POST /refreshes: extends only. */
   async refresh(id: string, seconds: number): Promise<SandboxRecord> {
-    const timeout = this.validateTimeout(seconds);
+    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       return this.save({ ...rec, endAt: Math.max(rec.endAt, Date.now() + timeout * 1000) });

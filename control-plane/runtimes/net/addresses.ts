@@ -66,8 +66,8 @@ const LOCKS = process.getuid?.() === 0 ? "/run/locale2b-net" : join(tmpdir(), `l
 /** A lock older than this was left by a process that died mid-setup. */
 const STALE_LOCK_MS = 30_000;
 
-function tryLock(index: number): boolean {
-  const dir = join(LOCKS, String(index));
+/** Takes the lock directory `dir` (mkdir is atomic across processes), reclaiming a stale one. */
+function tryLock(dir: string): boolean {
   try {
     mkdirSync(dir);
     return true;
@@ -90,28 +90,19 @@ function tryLock(index: number): boolean {
 export async function withHostLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
   mkdirSync(LOCKS, { recursive: true, mode: 0o700 });
   const dir = join(LOCKS, `${name}.lock`);
-  for (let i = 0; ; i++) {
-    try {
-      mkdirSync(dir);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      try {
-        if (Date.now() - statSync(dir).mtimeMs > STALE_LOCK_MS) rmdirSync(dir);
-      } catch {
-        // freed meanwhile
-      }
-      await new Promise((r) => setTimeout(r, Math.min(100, 5 * (i + 1))));
-    }
-  }
+  for (let i = 0; !tryLock(dir); i++) await new Promise((r) => setTimeout(r, Math.min(100, 5 * (i + 1))));
   try {
     return await fn();
   } finally {
-    try {
-      rmdirSync(dir);
-    } catch {
-      // already gone
-    }
+    unlock(dir);
+  }
+}
+
+function unlock(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // already gone
   }
 }
 
@@ -125,7 +116,7 @@ export async function withFreeIndex<T>(setUp: (index: number) => Promise<T>): Pr
   let used = await usedIndexes();
   for (let attempt = 0; attempt < 3; attempt++) {
     for (let i = 0; i < SLOTS; i++) {
-      if (used.has(i) || reserved.has(i) || !tryLock(i)) continue;
+      if (used.has(i) || reserved.has(i) || !tryLock(join(LOCKS, String(i)))) continue;
       reserved.add(i);
       try {
         // Another process may have finished setting this index up since we looked.
@@ -133,11 +124,7 @@ export async function withFreeIndex<T>(setUp: (index: number) => Promise<T>): Pr
         return await setUp(i);
       } finally {
         reserved.delete(i);
-        try {
-          rmdirSync(join(LOCKS, String(i)));
-        } catch {
-          // already gone
-        }
+        unlock(join(LOCKS, String(i)));
       }
     }
     used = await usedIndexes();

@@ -1,3 +1,4 @@
+// POST /files against a real envd: raw and multipart uploads, gzip, metadata, replacement in place, aborts, full disks.
 import { getAttribute, listAttributes } from "@napi-rs/xattr";
 import { createHash, randomBytes } from "node:crypto";
 import {
@@ -23,137 +24,24 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
-import { ENVD_SPEC, specAvailable, validatorFor } from "../helpers/openapi.js";
+import { describe, expect, it } from "vitest";
 
-const HAVE_SPEC = specAvailable(ENVD_SPEC);
-if (!HAVE_SPEC) console.warn(`skipping OpenAPI schema checks: ${ENVD_SPEC} is absent`);
-const uploadSchema = HAVE_SPEC ? validatorFor(ENVD_SPEC, "#/components/responses/UploadSuccess") : undefined;
-const errorSchema = HAVE_SPEC ? validatorFor(ENVD_SPEC, "#/components/schemas/Error") : undefined;
-const AS_ROOT = process.getuid?.() === 0;
-const MiB = 1024 * 1024;
+import { AS_ROOT, call, expectError, expectUploaded, files, fresh, fx, json, MiB, multipart, octet, sha256File, temps, useFilesEnvd, waitFor, type Res } from "../helpers/http-files.js";
 
-let base: string;
-let home: string;
-let envd: TestEnvd;
-let n = 0;
-
-beforeAll(async () => {
-  base = mkdtempSync(join(tmpdir(), "locale2b-http-files-"));
-  // envd acts as the requesting user: `user` must be able to reach its home, as in a sandbox.
-  chmodSync(base, 0o755);
-  const etc = join(base, "etc");
-  home = join(base, "home", "user");
-  mkdirSync(etc);
-  mkdirSync(home, { recursive: true });
-  if (AS_ROOT) chownSync(home, 1000, 1000);
-  writeFileSync(join(etc, "passwd"), `root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::${home}:/bin/bash\n`);
-  writeFileSync(join(etc, "group"), "root:x:0:\nuser:x:1000:\n");
-  envd = await startTestEnvd({ etc, defaultUser: "user" });
-});
-afterAll(async () => {
-  await envd?.close();
-  rmSync(base, { recursive: true, force: true });
-});
-
-interface Res {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-/** One HTTP/1.1 request with exact control of the headers (no automatic Accept-Encoding). */
-function call(method: string, path: string, headers: Record<string, string> = {}, body?: Buffer | Readable): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(envd.url + path, { method, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on("error", reject);
-    });
-    req.on("error", reject);
-    if (body instanceof Readable) body.pipe(req);
-    else req.end(body);
-  });
-}
-
-function files(params: Record<string, string>): string {
-  return `/files?${new URLSearchParams(params)}`;
-}
-
-/** A directory of the test's own, owned by `user` (envd acts as the requesting user). */
-function fresh(): string {
-  const dir = join(base, `case-${n++}`);
-  mkdirSync(dir);
-  if (AS_ROOT) chownSync(dir, 1000, 1000);
-  return dir;
-}
-
-function json(res: Res): unknown {
-  return JSON.parse(res.body.toString("utf8"));
-}
-
-function expectUploaded(res: Res, paths: string[]): void {
-  expect(res.status, res.body.toString()).toBe(200);
-  expect(res.headers["content-type"]).toMatch(/^application\/json/);
-  const body = json(res) as { path: string }[];
-  if (uploadSchema) expect(uploadSchema(body), uploadSchema.errorText).toBe(true);
-  expect(body.map((e) => e.path)).toEqual(paths);
-}
-
-function expectError(res: Res, status: number, message?: string | RegExp): void {
-  expect(res.status, res.body.toString()).toBe(status);
-  expect(res.headers["content-type"]).toMatch(/^application\/json/);
-  const body = json(res) as { code: number; message: string };
-  if (errorSchema) expect(errorSchema(body), errorSchema.errorText).toBe(true);
-  expect(body.code).toBe(status);
-  if (message !== undefined) expect(body.message).toMatch(message);
-}
-
-const octet = { "content-type": "application/octet-stream" };
-
-function multipart(parts: { name?: string; filename?: string; data: Buffer | string }[]): { body: Buffer; type: string } {
-  const boundary = `locale2b-${randomBytes(8).toString("hex")}`;
-  const chunks: Buffer[] = [];
-  for (const p of parts) {
-    const filename = p.filename === undefined ? "" : `; filename="${p.filename}"`;
-    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${p.name ?? "file"}"${filename}\r\n`));
-    chunks.push(Buffer.from("Content-Type: application/octet-stream\r\n\r\n"), Buffer.from(p.data), Buffer.from("\r\n"));
-  }
-  chunks.push(Buffer.from(`--${boundary}--\r\n`));
-  return { body: Buffer.concat(chunks), type: `multipart/form-data; boundary=${boundary}` };
-}
-
-/** Polls until `cond` holds (eventual state, not a timing assertion). */
-async function waitFor(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1500; i++) {
-    if (cond()) return;
-    await sleep(10);
-  }
-  throw new Error(`never happened: ${what}`);
-}
-
-const temps = (dir: string) => readdirSync(dir).filter((f) => f.startsWith(".e2b-upload-"));
-
-async function sha256File(path: string): Promise<string> {
-  const h = createHash("sha256");
-  await pipeline(createReadStream(path), h);
-  return h.digest("hex");
-}
+useFilesEnvd();
 
 describe("POST /files", () => {
-  it("writes an octet-stream body to a relative path under the user's home, owned by the user", async () => {
+  it("writes an octet-stream body to a relative path under the user's fx.home, owned by the user", async () => {
     const res = await call("POST", files({ path: "up/one.txt" }), octet, Buffer.from("hello octet"));
-    expectUploaded(res, [join(home, "up/one.txt")]);
-    expect(json(res)).toEqual([{ path: join(home, "up/one.txt"), name: "one.txt", type: "file" }]);
-    expect(readFileSync(join(home, "up/one.txt"), "utf8")).toBe("hello octet");
+    expectUploaded(res, [join(fx.home, "up/one.txt")]);
+    expect(json(res)).toEqual([{ path: join(fx.home, "up/one.txt"), name: "one.txt", type: "file" }]);
+    expect(readFileSync(join(fx.home, "up/one.txt"), "utf8")).toBe("hello octet");
     if (AS_ROOT) {
-      expect(statSync(join(home, "up/one.txt")).uid).toBe(1000);
-      expect(statSync(join(home, "up")).uid).toBe(1000);
-      expect(statSync(join(home, "up")).mode & 0o777).toBe(0o755);
+      expect(statSync(join(fx.home, "up/one.txt")).uid).toBe(1000);
+      expect(statSync(join(fx.home, "up")).uid).toBe(1000);
+      expect(statSync(join(fx.home, "up")).mode & 0o777).toBe(0o755);
     }
-    expect(temps(join(home, "up"))).toEqual([]);
+    expect(temps(join(fx.home, "up"))).toEqual([]);
   });
 
   it("requires a path for octet-stream and a known content type", async () => {
@@ -167,10 +55,10 @@ describe("POST /files", () => {
     form.append("file", new Blob(["relative!"]), "rel/dir/x.txt");
     form.append("note", "a plain field is ignored");
     form.append("file", new Blob(["absolute!"]), join(dir, "abs/y.txt"));
-    const r = await fetch(envd.url + "/files", { method: "POST", body: form });
+    const r = await fetch(fx.envd.url + "/files", { method: "POST", body: form });
     const res: Res = { status: r.status, headers: Object.fromEntries(r.headers), body: Buffer.from(await r.arrayBuffer()) };
-    expectUploaded(res, [join(home, "rel/dir/x.txt"), join(dir, "abs/y.txt")]);
-    expect(readFileSync(join(home, "rel/dir/x.txt"), "utf8")).toBe("relative!");
+    expectUploaded(res, [join(fx.home, "rel/dir/x.txt"), join(dir, "abs/y.txt")]);
+    expect(readFileSync(join(fx.home, "rel/dir/x.txt"), "utf8")).toBe("relative!");
     expect(readFileSync(join(dir, "abs/y.txt"), "utf8")).toBe("absolute!");
   });
 
@@ -188,14 +76,14 @@ describe("POST /files", () => {
   it("a 'file' part without a filename (FormData string) is written to the path query, as E2B's envd does", async () => {
     const dir = fresh();
     const post = async (path: string, form: FormData): Promise<Res> => {
-      const r = await fetch(envd.url + path, { method: "POST", body: form });
+      const r = await fetch(fx.envd.url + path, { method: "POST", body: form });
       return { status: r.status, headers: Object.fromEntries(r.headers), body: Buffer.from(await r.arrayBuffer()) };
     };
     const form = new FormData();
     form.append("file", "text from a string field, é ✓");
     expectUploaded(await post(files({ path: join(dir, "s.txt") }), form), [join(dir, "s.txt")]);
     expect(readFileSync(join(dir, "s.txt"), "utf8")).toBe("text from a string field, é ✓");
-    // Without a path there is nowhere to put it (E2B's envd resolves "" to the home directory: a 400 too).
+    // Without a path there is nowhere to put it (E2B's envd resolves "" to the fx.home directory: a 400 too).
     expectError(await post("/files", form), 400, /no filename and no 'path' query parameter.*add \?path=/);
     // Held in memory, so bounded: a larger one must be sent with a filename (streamed).
     const big = new FormData();
@@ -276,7 +164,7 @@ describe("POST /files", () => {
   it("an octet-stream upload aborted mid-body leaves neither file nor temp file, and envd keeps serving", async () => {
     const dir = fresh();
     const dest = join(dir, "aborted.bin");
-    const req = http.request(envd.url + files({ path: dest }), { method: "POST", headers: { ...octet, "content-length": String(64 * MiB) } });
+    const req = http.request(fx.envd.url + files({ path: dest }), { method: "POST", headers: { ...octet, "content-length": String(64 * MiB) } });
     req.on("error", () => undefined);
     req.write(randomBytes(MiB));
     // A new file is written in place (as E2B's envd does) and removed when the upload fails.
@@ -294,7 +182,7 @@ describe("POST /files", () => {
       const dest = join(dir, "keep.txt");
       expectUploaded(await call("POST", files({ path: dest }), octet, Buffer.from("old content")), [dest]);
       const inode = statSync(dest).ino;
-      const req = http.request(envd.url + files({ path: dest }), { method: "POST", headers: { ...octet, "content-length": String(64 * MiB) } });
+      const req = http.request(fx.envd.url + files({ path: dest }), { method: "POST", headers: { ...octet, "content-length": String(64 * MiB) } });
       req.on("error", () => undefined);
       req.write(randomBytes(MiB));
       await waitFor(() => readdirSync(staging).length === 1, "the replacement is staged outside the directory");
@@ -314,7 +202,7 @@ describe("POST /files", () => {
   it("a multipart upload aborted in its second file commits neither file", async () => {
     const dir = fresh();
     const boundary = "abortboundary";
-    const req = http.request(envd.url + "/files", { method: "POST", headers: { "content-type": `multipart/form-data; boundary=${boundary}` } });
+    const req = http.request(fx.envd.url + "/files", { method: "POST", headers: { "content-type": `multipart/form-data; boundary=${boundary}` } });
     req.on("error", () => undefined);
     const part = (name: string) => `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${join(dir, name)}"\r\n\r\n`;
     req.write(part("first.txt") + "first complete\r\n");
@@ -370,7 +258,7 @@ describe("POST /files", () => {
 
     for (const [name, gzip] of [["big1.bin", false], ["big2.bin", true]] as const) {
       const got = await new Promise<string>((resolve, reject) => {
-        http.get(envd.url + files({ path: join(dir, name) }), { headers: { "accept-encoding": gzip ? "gzip" : "identity" } }, (r) => {
+        http.get(fx.envd.url + files({ path: join(dir, name) }), { headers: { "accept-encoding": gzip ? "gzip" : "identity" } }, (r) => {
           expect(r.headers["content-encoding"]).toBe(gzip ? "gzip" : undefined);
           const h = createHash("sha256");
           (gzip ? pipeline(r, createGunzip(), h) : pipeline(r, h)).then(() => resolve(h.digest("hex")), reject);
@@ -378,89 +266,5 @@ describe("POST /files", () => {
       });
       expect(got).toBe(sent[name]);
     }
-  });
-});
-
-describe("GET /files", () => {
-  let dir: string;
-  const content = Buffer.from("0123456789abcdefghij");
-  beforeAll(() => {
-    dir = fresh();
-    writeFileSync(join(dir, "f.txt"), content);
-    writeFileSync(join(dir, "ünï cödé.bin"), "u");
-    writeFileSync(join(dir, "with space.txt"), "s");
-    writeFileSync(join(dir, "empty"), "");
-  });
-  const get = (name: string, headers: Record<string, string> = {}, method = "GET") =>
-    call(method, files({ path: join(dir, name) }), headers);
-
-  it("serves identity with length, type, disposition, Vary and Last-Modified when gzip is not accepted", async () => {
-    const res = await get("f.txt");
-    expect(res.status).toBe(200);
-    expect(res.body).toEqual(content);
-    expect(res.headers["content-length"]).toBe(String(content.length));
-    expect(res.headers["content-type"]).toBe("text/plain; charset=utf-8");
-    expect(res.headers["content-disposition"]).toBe("inline; filename=f.txt");
-    expect(res.headers.vary).toBe("Accept-Encoding");
-    expect(Date.parse(res.headers["last-modified"]!)).toBe(Math.floor(statSync(join(dir, "f.txt")).mtimeMs / 1000) * 1000);
-    expect(res.headers["content-encoding"]).toBeUndefined();
-    expect((await get("empty")).body.length).toBe(0);
-  });
-
-  it("gzips when the client accepts it, without Content-Length", async () => {
-    const res = await get("f.txt", { "accept-encoding": "gzip, deflate" });
-    expect(res.status).toBe(200);
-    expect(res.headers["content-encoding"]).toBe("gzip");
-    expect(res.headers["content-length"]).toBeUndefined();
-    expect(gunzipSync(res.body)).toEqual(content);
-  });
-
-  it("encodes awkward file names in Content-Disposition", async () => {
-    expect((await get("with space.txt")).headers["content-disposition"]).toBe('inline; filename="with space.txt"');
-    expect((await get("ünï cödé.bin")).headers["content-disposition"]).toBe(
-      `inline; filename*=utf-8''${encodeURIComponent("ünï cödé.bin")}`,
-    );
-    expect((await get("ünï cödé.bin")).headers["content-type"]).toBe("application/octet-stream");
-  });
-
-  it("honours single byte ranges (206) over gzip, and answers 416 for unsatisfiable ones", async () => {
-    for (const [range, start, end] of [["bytes=2-5", 2, 5], ["bytes=15-", 15, 19], ["bytes=-3", 17, 19], ["bytes=10-999", 10, 19]] as const) {
-      const res = await get("f.txt", { range, "accept-encoding": "gzip" });
-      expect(res.status).toBe(206);
-      expect(res.headers["content-encoding"]).toBeUndefined();
-      expect(res.headers["content-range"]).toBe(`bytes ${start}-${end}/${content.length}`);
-      expect(res.body).toEqual(content.subarray(start, end + 1));
-    }
-    const res = await get("f.txt", { range: "bytes=50-60" });
-    expectError(res, 416);
-    expect(res.headers["content-range"]).toBe(`bytes */${content.length}`);
-  });
-
-  it("answers 304 to a current If-Modified-Since and 200 to an older one", async () => {
-    const mtime = new Date("2024-05-01T10:00:00Z");
-    utimesSync(join(dir, "f.txt"), mtime, mtime);
-    const notModified = await get("f.txt", { "if-modified-since": mtime.toUTCString() });
-    expect(notModified.status).toBe(304);
-    expect(notModified.body.length).toBe(0);
-    expect((await get("f.txt", { "if-modified-since": new Date("2024-04-30T00:00:00Z").toUTCString() })).status).toBe(200);
-  });
-
-  it("answers 406 when no supported encoding is acceptable", async () => {
-    expectError(await get("f.txt", { "accept-encoding": "identity;q=0" }), 406, /no acceptable encoding/);
-    expectError(await get("f.txt", { "accept-encoding": "br;q=1, *;q=0" }), 406);
-    expect((await get("f.txt", { "accept-encoding": "br, identity;q=0.5" })).status).toBe(200);
-  });
-
-  it("supports HEAD with the same headers and no body", async () => {
-    const res = await get("f.txt", {}, "HEAD");
-    expect(res.status).toBe(200);
-    expect(res.headers["content-length"]).toBe(String(content.length));
-    expect(res.body.length).toBe(0);
-  });
-
-  it("answers 404 for missing paths, 400 for directories, 401 for unknown users", async () => {
-    expectError(await get("missing.txt"), 404, `path '${join(dir, "missing.txt")}' does not exist`);
-    expectError(await call("GET", files({ path: dir })), 400, `path '${dir}' is a directory`);
-    expectError(await call("GET", files({ path: join(dir, "f.txt"), username: "ghost" })), 401, /error looking up user 'ghost'/);
   });
 });

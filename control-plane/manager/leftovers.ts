@@ -1,0 +1,33 @@
+// What a server start finds on disk of sandboxes that are no more.
+import { readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import type { Store } from "../store/store.js";
+
+/** How long the record of a dead sandbox is kept (GET answers "killed" meanwhile). */
+const DEAD_RETENTION_MS = 24 * 3600_000;
+
+/** Forgets the records of sandboxes dead for longer than DEAD_RETENTION_MS. */
+export function pruneDeadRecords(store: Store): void {
+  for (const rec of store.listSandboxes({ states: ["killed"] })) {
+    if (rec.endAt < Date.now() - DEAD_RETENTION_MS) store.deleteSandbox(rec.id);
+  }
+}
+
+/**
+ * Removes the directories under `root` of sandboxes that are not live (they
+ * died, or were killed, while no server ran): a dead sandbox leaves nothing.
+ */
+export function removeDeadSandboxDirs(root: string, isLive: (id: string) => boolean, log: Logger): void {
+  let ids: string[] = [];
+  try {
+    ids = readdirSync(root);
+  } catch {
+    return;
+  }
+  for (const id of ids) {
+    if (isLive(id)) continue;
+    rmSync(join(root, id), { recursive: true, force: true });
+    log.info({ sandboxId: id }, "removed the directory of a sandbox that is gone");
+  }
+}

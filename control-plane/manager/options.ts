@@ -1,0 +1,54 @@
+// What a SandboxManager is made of: the server's store, runtimes, transport,
+// limits and the hooks other parts of the control plane give it.
+import type { Logger } from "pino";
+import type { Runtime } from "../runtimes/runtime.js";
+import type { RuntimeSet } from "../runtimes/runtime-set.js";
+import type { Store } from "../store/store.js";
+import type { EnvdClient } from "../transport/envd-client.js";
+import type { AgentPool } from "../transport/hybrid-vsock.js";
+import type { AdmissionLimits } from "./admission.js";
+
+export interface ManagerLimits {
+  /** Sandboxes that may exist at once (running or paused). */
+  maxSandboxes: number;
+  /** Sum of memoryMB over existing sandboxes. */
+  memoryBudgetMB: number;
+  /** Longest timeout a client may ask for, in seconds. */
+  maxTimeoutSeconds: number;
+}
+
+export interface ManagerOptions {
+  store: Store;
+  /** The server's default runtime. */
+  runtime: Runtime;
+  /** All runtimes, when templates may pick theirs (default: only `runtime`). */
+  runtimes?: RuntimeSet;
+  pool: AgentPool;
+  envd: EnvdClient;
+  dataDir: string;
+  /** Secret the per-sandbox envd and traffic tokens are derived from. */
+  seed: Buffer;
+  limits: ManagerLimits;
+  /** The templates sandboxes can be created from. */
+  templates: { has(id: string): boolean; names(): string[] };
+  defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
+  readyTimeoutMs: number;
+  /** Sandbox starts at once and starts that may wait (default: one per CPU, 16 waiting per CPU). */
+  admission?: AdmissionLimits;
+  /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
+  warmPool?: number;
+  /**
+   * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
+   * made, ahead of any create; else before the create is answered). `token`
+   * is envd's access token, "" before /init set one. The workspace API makes
+   * /workspace there. Must not throw.
+   */
+  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string) => Promise<void>;
+  /**
+   * Before a sandbox whose vsock must stay quiet while paused (qemu) is
+   * paused: close the control plane's own long-lived streams to it (activity
+   * watch, sessions) while it still runs. They reopen on its resume.
+   */
+  quiesce?: (sandboxId: string) => Promise<void>;
+  log: Logger;
+}
