@@ -1,32 +1,9 @@
 // GET /files against a real envd: identity and gzip, ranges, conditional requests, names, errors.
-import { getAttribute, listAttributes } from "@napi-rs/xattr";
-import { createHash, randomBytes } from "node:crypto";
-import {
-  chownSync,
-  createReadStream,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  chmodSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  utimesSync,
-  writeFileSync,
-} from "node:fs";
-import http from "node:http";
-import { tmpdir } from "node:os";
+import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
-import { setTimeout as sleep } from "node:timers/promises";
-import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
+import { gunzipSync } from "node:zlib";
 import { beforeAll, describe, expect, it } from "vitest";
-
-import { AS_ROOT, call, expectError, expectUploaded, files, fresh, fx, json, MiB, multipart, octet, sha256File, temps, useFilesEnvd, waitFor, type Res } from "../helpers/http-files.js";
+import { call, expectError, files, fresh, octet, useFilesEnvd } from "../helpers/http-files.js";
 
 useFilesEnvd();
 

@@ -1,37 +1,19 @@
 // POST /files against a real envd: raw and multipart uploads, gzip, metadata, replacement in place, aborts, full disks.
 import { getAttribute, listAttributes } from "@napi-rs/xattr";
 import { createHash, randomBytes } from "node:crypto";
-import {
-  chownSync,
-  createReadStream,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  chmodSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  utimesSync,
-  writeFileSync,
-} from "node:fs";
+import { chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import http from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { setTimeout as sleep } from "node:timers/promises";
-import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
+import { createGunzip, gzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
-
 import { AS_ROOT, call, expectError, expectUploaded, files, fresh, fx, json, MiB, multipart, octet, sha256File, temps, useFilesEnvd, waitFor, type Res } from "../helpers/http-files.js";
 
 useFilesEnvd();
 
 describe("POST /files", () => {
-  it("writes an octet-stream body to a relative path under the user's fx.home, owned by the user", async () => {
+  it("writes an octet-stream body to a relative path under the user's home, owned by the user", async () => {
     const res = await call("POST", files({ path: "up/one.txt" }), octet, Buffer.from("hello octet"));
     expectUploaded(res, [join(fx.home, "up/one.txt")]);
     expect(json(res)).toEqual([{ path: join(fx.home, "up/one.txt"), name: "one.txt", type: "file" }]);
@@ -83,7 +65,7 @@ describe("POST /files", () => {
     form.append("file", "text from a string field, é ✓");
     expectUploaded(await post(files({ path: join(dir, "s.txt") }), form), [join(dir, "s.txt")]);
     expect(readFileSync(join(dir, "s.txt"), "utf8")).toBe("text from a string field, é ✓");
-    // Without a path there is nowhere to put it (E2B's envd resolves "" to the fx.home directory: a 400 too).
+    // Without a path there is nowhere to put it (E2B's envd resolves "" to the home directory: a 400 too).
     expectError(await post("/files", form), 400, /no filename and no 'path' query parameter.*add \?path=/);
     // Held in memory, so bounded: a larger one must be sent with a filename (streamed).
     const big = new FormData();

@@ -1,31 +1,14 @@
 // The fixture and request helpers the /files suites share (http-files-upload
 // and http-files-download): a real envd acting for `user`, raw HTTP calls,
 // and checks of answers against E2B's envd OpenAPI spec.
-import { getAttribute, listAttributes } from "@napi-rs/xattr";
 import { createHash, randomBytes } from "node:crypto";
-import {
-  chownSync,
-  createReadStream,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  chmodSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  utimesSync,
-  writeFileSync,
-} from "node:fs";
+import { chmodSync, chownSync, createReadStream, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { setTimeout as sleep } from "node:timers/promises";
-import { createGunzip, gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, expect } from "vitest";
 import { startTestEnvd, type TestEnvd } from "./envd.js";
 import { ENVD_SPEC, specAvailable, validatorFor } from "./openapi.js";
