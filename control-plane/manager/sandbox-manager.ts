@@ -11,6 +11,7 @@ import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
+import { closeWhilePaused } from "./quiet-vsock.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import {
   ControlPlaneError,
@@ -97,6 +98,7 @@ export class SandboxManager {
   async close(): Promise<void> {
     clearInterval(this.reaper);
     await this.warm?.close();
+    for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => closeWhilePaused(rec.id, this.instances.get(rec.id), this.o.pool, this.o.log));
     for (const inst of this.instances.all()) inst.detach?.();
     this.o.pool.destroy();
   }

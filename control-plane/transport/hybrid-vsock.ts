@@ -28,7 +28,9 @@ export async function dialHybridVsock(
   timeoutMs = HANDSHAKE_TIMEOUT_MS,
   gate?: VsockGate,
 ): Promise<net.Socket> {
-  await gate?.wait();
+  if (gate && !(await gate.pass())) {
+    throw new DialError("the sandbox's VM is stopped (paused) and the control plane is shutting down: nothing may reach it now", "ECANCELED");
+  }
   const socket = await dialOnce(socketPath, port, timeoutMs);
   return gate ? gate.guard(socket) : socket;
 }
@@ -141,28 +143,72 @@ async function dialOnce(socketPath: string, port: number, timeoutMs: number): Pr
  * the VM runs again. Reads are not held: the stopped guest sends nothing.
  */
 export class VsockGate {
-  private held: { promise: Promise<void>; release: () => void } | undefined;
+  /** Resolves true when released (go on), false when abandoned (the control plane is stopping). */
+  private held: { promise: Promise<boolean>; settle: (go: boolean) => void } | undefined;
+  /** Guarded sockets not yet closed, with their own (unheld) destroy. */
+  private readonly live = new Map<net.Socket, (err?: Error) => void>();
+  private abandoned = false;
 
   get isHeld(): boolean {
     return this.held !== undefined;
   }
 
+  /** How many connections through this gate are open. */
+  get liveCount(): number {
+    return this.live.size;
+  }
+
   hold(): void {
     if (this.held) return;
-    let release!: () => void;
-    const promise = new Promise<void>((r) => (release = r));
-    this.held = { promise, release };
+    let settle!: (go: boolean) => void;
+    const promise = new Promise<boolean>((r) => (settle = r));
+    this.held = { promise, settle };
   }
 
   release(): void {
+    if (this.abandoned) return;
     const held = this.held;
     this.held = undefined;
-    held?.release();
+    held?.settle(true);
   }
 
-  /** Resolves at once when not held, else when released. */
-  wait(): Promise<void> | undefined {
-    return this.held?.promise;
+  /**
+   * The control plane is stopping with the VM still stopped: what waits here
+   * never goes through (a dial fails, a deferred write or close is dropped),
+   * since reaching the stopped VM would break its vsock for good.
+   */
+  abandon(): void {
+    const held = this.held;
+    if (!held) return;
+    this.abandoned = true;
+    held.settle(false);
+  }
+
+  /** Undefined when not held (go on now), else whether the hold ends in a release. */
+  wait(): Promise<boolean> | undefined {
+    return this.abandoned ? Promise.resolve(false) : this.held?.promise;
+  }
+
+  /** True at once when not held; else whether the hold ended in a release. */
+  async pass(): Promise<boolean> {
+    return (await this.wait()) ?? true;
+  }
+
+  /**
+   * Closes every open connection through the gate now, hold or not (the
+   * caller knows the VM runs), and resolves once each has closed.
+   */
+  async destroyLive(): Promise<void> {
+    const closing = [...this.live].map(
+      ([socket, destroy]) =>
+        new Promise<void>((resolve) => {
+          if (socket.closed) return resolve();
+          socket.once("close", () => resolve());
+          destroy();
+        }),
+    );
+    this.live.clear();
+    await Promise.all(closing);
   }
 
   /**
@@ -179,7 +225,7 @@ export class VsockGate {
     const later = <A extends unknown[]>(fn: (...args: A) => void) =>
       (...args: A): void => {
         const wait = this.wait();
-        if (wait) void wait.then(() => fn(...args));
+        if (wait) void wait.then((go) => go && fn(...args));
         else fn(...args);
       };
     const write = s._write.bind(s);
@@ -187,10 +233,12 @@ export class VsockGate {
     if (s._writev) s._writev = later(s._writev.bind(s));
     s._final = later(s._final.bind(s));
     const destroy = s.destroy.bind(s);
+    this.live.set(s, destroy);
+    s.once("close", () => this.live.delete(s));
     s.destroy = (err?: Error) => {
       const wait = this.wait();
       if (!wait) return destroy(err);
-      void wait.then(() => destroy(err));
+      void wait.then((go) => go && destroy(err));
       return s;
     };
     return s;
@@ -288,6 +336,16 @@ export class AgentPool {
     }
   }
 
+  /** How many connections to a sandbox are open (pooled, HTTP/2, forwarded ports). */
+  liveCount(sandboxId: string): number {
+    return this.gates.get(sandboxId)?.liveCount ?? 0;
+  }
+
+  /** Closes every open connection to a sandbox now, held or not (its VM must be running), once each has closed. */
+  async destroyLive(sandboxId: string): Promise<void> {
+    await this.gates.get(sandboxId)?.destroyLive();
+  }
+
   /**
    * Closes a sandbox's idle pooled connections (in-flight ones stay). Before
    * a QEMU VM is stopped: a close that reaches a stopped VM's vsock (a
@@ -307,10 +365,18 @@ export class AgentPool {
     this.gates.delete(sandboxId);
   }
 
+  /**
+   * The control plane stops. A held gate (a stopped VM) is abandoned, not
+   * released: its waiting dials fail and its deferred closes never reach the
+   * VM (the manager closes a paused VM's open connections while it runs first).
+   */
   destroy(): void {
+    for (const gate of this.gates.values()) {
+      if (gate.isHeld) gate.abandon();
+      else gate.release();
+    }
+    this.gates.clear();
     for (const agent of this.agents.values()) agent.destroy();
     this.agents.clear();
-    for (const gate of this.gates.values()) gate.release();
-    this.gates.clear();
   }
 }

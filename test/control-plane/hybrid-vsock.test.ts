@@ -169,6 +169,42 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
     pool.destroy();
     srv.close();
   });
+  it("a control-plane stop with the VM still stopped: waiting dials fail, deferred writes and closes never reach it", async () => {
+    const srv = await recorder();
+    const pool = new AgentPool();
+    const s = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
+    pool.hold("sbx");
+    s.write("held;");
+    s.destroy();
+    const dialing = dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx")).then(
+      () => "dialed",
+      (err: Error) => err.message,
+    );
+    pool.destroy();
+    expect(await dialing).toMatch(/stopped \(paused\).*shutting down/);
+    await tick(200);
+    expect(srv.seen).toEqual([]); // nothing written, no end
+    expect(srv.dials()).toBe(1);
+    expect(s.destroyed).toBe(false); // its close would reach the stopped VM
+    srv.close();
+  });
+
+  it("destroyLive closes every open connection at once, held or not, and counts them", async () => {
+    const srv = await recorder();
+    const pool = new AgentPool();
+    const a = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
+    const b = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
+    expect(pool.liveCount("sbx")).toBe(2);
+    b.destroy();
+    await tick();
+    expect(pool.liveCount("sbx")).toBe(1);
+    pool.hold("sbx");
+    await pool.destroyLive("sbx");
+    expect(a.destroyed).toBe(true);
+    expect(pool.liveCount("sbx")).toBe(0);
+    pool.destroy();
+    srv.close();
+  });
 });
 
 describe("AgentPool.closeIdle (before a QEMU VM is stopped)", () => {

@@ -15,6 +15,9 @@ import { setEnv } from "../helpers/sdk.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
 
 const missing = qemuMissing();
+const waitUntil = async (ok: () => boolean) => {
+  while (!ok()) await new Promise((r) => setTimeout(r, 50));
+};
 const why = missing ? ` [skipped: ${missing}; runs where the qemu suite runs]` : "";
 
 describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane restart${why}`, () => {
@@ -27,6 +30,10 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
     const [running, paused, doomed] = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", { timeoutMs: 600_000 })));
     try {
       await running!.files.write("/home/user/before.txt", "before the restart");
+      // A stream kept open across the pause: the stopping server must close it without breaking the stopped VM's vsock.
+      const lines: string[] = [];
+      const ticker = await paused!.commands.run("while true; do echo tick; sleep 0.3; done", { background: true, timeoutMs: 0, onStdout: (d) => void lines.push(d) });
+      await waitUntil(() => lines.length > 0);
       expect(await paused!.pause()).toBe(true);
       const qemuOf = (id: string) => (cp.store.getSandbox(id)!.runtimeData as PersistedQemuInstance).qemu;
       const doomedQemu = qemuOf(doomed!.sandboxId);
@@ -46,6 +53,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
       expect(cp.store.getSandbox(paused!.sandboxId)!.state).toBe("paused");
       const resumed = await Sandbox.connect(paused!.sandboxId); // connect resumes
       expect((await resumed.commands.run("echo resumed")).stdout).toBe("resumed\n");
+      expect((await resumed.commands.list()).some((p) => p.pid === ticker.pid)).toBe(true); // it ran on across the pause
 
       expect(cp.store.getSandbox(doomed!.sandboxId)!.state).toBe("killed");
     } finally {

@@ -19,6 +19,9 @@ const VSOCK_UP_FALLBACK_MS = 60_000;
 const MiB = 1024 * 1024;
 /** After holding the host's vsock traffic, let bytes already written reach the guest before stopping it. */
 const SETTLE_MS = 30;
+/** How long a pause waits for vhost-device-vsock to go idle, and how often it looks. */
+const SETTLE_MAX_MS = 2_000;
+const SETTLE_POLL_MS = 20;
 
 export interface VmProcess {
   pid: number;
@@ -106,6 +109,7 @@ export class QemuInstance implements Instance {
 
   async pause(): Promise<void> {
     await new Promise((r) => setTimeout(r, SETTLE_MS));
+    await this.vhostSettled();
     await this.o.qmp.execute("stop");
     const status = await this.o.qmp.status();
     if (status !== "paused") throw new Error(`QEMU reports '${status}' after stop`);
@@ -136,6 +140,39 @@ export class QemuInstance implements Instance {
    */
   vsockReady(): boolean {
     return this.vsockUp.seen() || Date.now() - this.born > VSOCK_UP_FALLBACK_MS;
+  }
+
+  /**
+   * Waits (at most SETTLE_MAX_MS) until vhost-device-vsock has handled what
+   * the host last did on the VM's vsock (a close just before a pause): every
+   * thread asleep and no CPU used across two samples. On a busy host a close
+   * it handled only after QEMU stopped the rings would break the VM's vsock.
+   */
+  private async vhostSettled(): Promise<void> {
+    const sample = (): { busy: boolean; ticks: number } => {
+      let busy = false;
+      let ticks = 0;
+      try {
+        for (const t of readdirSync(`/proc/${this.o.vhost.pid}/task`)) {
+          const stat = readFileSync(`/proc/${this.o.vhost.pid}/task/${t}/stat`, "latin1");
+          const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+          if (f[0] === "R") busy = true;
+          ticks += Number(f[11]) + Number(f[12]); // utime + stime
+        }
+      } catch {
+        // gone or racing a thread's exit: the next sample decides
+      }
+      return { busy, ticks };
+    };
+    const until = Date.now() + SETTLE_MAX_MS;
+    let last = sample();
+    while (Date.now() < until) {
+      await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
+      const now = sample();
+      if (!now.busy && !last.busy && now.ticks === last.ticks) return;
+      last = now;
+    }
+    this.o.log.warn({ sandboxId: this.sandboxId }, "vhost-device-vsock still busy before a pause: stopping the VM anyway");
   }
 
   /** The daemon had its `vring_worker` thread and has lost it (see vsockReady). */
