@@ -194,7 +194,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       for (const s of manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
         states[s.state] = (states[s.state] ?? 0) + 1;
       }
-      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory(), manager.admissionStats()) + activity.renderPrometheus());
+      res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render(states, manager.hostMemory(), manager.admissionStats(), manager.warmCount) + activity.renderPrometheus());
       return;
     }
     rpc(req, res);

@@ -42,6 +42,8 @@ export interface ControlPlaneChild {
   createSandbox(timeoutSeconds?: number): Promise<SandboxHandle>;
   deleteSandbox(id: string): Promise<void>;
   getSandbox(id: string): Promise<Record<string, unknown>>;
+  /** The `locale2b_warm_pool_ready` gauge of /metrics (0 when absent). */
+  warmReady(): Promise<number>;
   /** Deletes every live sandbox (`concurrency` at a time); returns how many could not be deleted. */
   deleteAll(concurrency?: number): Promise<number>;
   /** Deletes every sandbox, stops the server, kills anything left, removes the data dir. */
@@ -254,6 +256,11 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
       const res = await request(`${url}/sandboxes/${id}`, "GET", auth);
       if (res.status !== 200) throw new Error(`GET /sandboxes/${id} answered ${res.status}: ${res.body.slice(0, 300)}`);
       return JSON.parse(res.body) as Record<string, unknown>;
+    },
+    async warmReady() {
+      const res = await request(`${url}/metrics`, "GET", auth);
+      const m = /^locale2b_warm_pool_ready(?:\{\})? (\d+)/m.exec(res.body);
+      return m ? Number(m[1]) : 0;
     },
     async deleteAll(concurrency = 16) {
       const ids = [...live];

@@ -249,6 +249,7 @@ export class SandboxManager {
       try {
         checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
+        warm.inst.foreground?.();
         await pushInit(this.o.envd, rec, warm.inst);
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {

@@ -34,6 +34,8 @@ export interface WarmPoolOptions {
 
 /** Written into a warm sandbox's dir: a server that dies leaves these to be cleaned at its next start. */
 const MARKER = "warm.json";
+/** How long a refill's start may run at the lowest CPU priority before it gets the normal one. */
+const BACKGROUND_MAX_MS = 1_000;
 /** After a failed start, wait this long before trying again (no tight loop on a broken host). */
 const RETRY_MS = 30_000;
 
@@ -43,7 +45,9 @@ const RETRY_MS = 30_000;
  * internet access) takes one and only pushes its settings through /init, so
  * it skips the runtime's start-up (envd's Node start for the process
  * runtime, a whole boot for a VM). The pool refills in the background, one
- * sandbox at a time. Warm sandboxes are not in the store: the server kills
+ * sandbox at a time, at the lowest CPU priority the runtime can give for
+ * its first second: the sandbox just handed out runs its first commands
+ * first. Warm sandboxes are not in the store: the server kills
  * them when it stops, and the next start removes any a crash left behind.
  */
 export class WarmPool {
@@ -108,9 +112,13 @@ export class WarmPool {
     let inst: Instance | undefined;
     try {
       mkdirSync(dir, { recursive: true });
-      inst = await runtime.create({ sandboxId: id, ...this.o.shape, dir, allowInternetAccess: true, log });
+      inst = await runtime.create({ sandboxId: id, ...this.o.shape, dir, allowInternetAccess: true, background: true, log });
       writeFileSync(join(dir, MARKER), JSON.stringify({ runtime: runtime.name, persisted: inst.persisted }));
-      await this.o.waitReady(id, inst);
+      // Started in the background (it yields the CPU to real work), but on a host that stays busy it
+      // must still get ready: past BACKGROUND_MAX_MS it starts at the normal priority.
+      const started = inst;
+      const lift = setTimeout(() => started.foreground?.(), BACKGROUND_MAX_MS);
+      await this.o.waitReady(id, inst).finally(() => clearTimeout(lift));
     } catch (err) {
       await inst?.kill().catch(() => undefined);
       rmSync(dir, { recursive: true, force: true });

@@ -78,6 +78,7 @@ export class ControlPlaneMetrics {
     states: Record<string, number>,
     hostMemory: { sandboxId: string; runtime: string; bytes: number }[] = [],
     admission?: AdmissionStats,
+    warmReady?: number,
   ): string {
     let out = header("locale2b_sandboxes", "gauge", "Sandboxes by state.");
     const names = [...SANDBOX_STATES, ...Object.keys(states).filter((s) => !SANDBOX_STATES.includes(s as SandboxState))];
@@ -89,6 +90,10 @@ export class ControlPlaneMetrics {
     out += sample("locale2b_proxy_open_streams", {}, this.openStreams);
     out += this.events.render();
     if (admission) out += renderAdmission(admission);
+    if (warmReady !== undefined) {
+      out += header("locale2b_warm_pool_ready", "gauge", "Sandboxes started ahead of time and ready to hand out (--warm-pool).");
+      out += sample("locale2b_warm_pool_ready", {}, warmReady);
+    }
     if (hostMemory.length) {
       out += header("locale2b_sandbox_host_memory_bytes", "gauge", "Host memory a sandbox's VMM uses (resident: guest RAM it touched plus its own).");
       for (const m of hostMemory) out += sample("locale2b_sandbox_host_memory_bytes", { sandbox_id: m.sandboxId, runtime: m.runtime }, m.bytes);

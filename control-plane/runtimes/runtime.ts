@@ -13,6 +13,12 @@ export interface InstanceSpec {
   allowInternetAccess: boolean;
   /** Egress allow/deny lists (only given to a runtime whose egressUnsupported() says nothing). */
   egress?: EgressPolicy;
+  /**
+   * Started ahead of time (the warm pool): run it at the lowest CPU priority
+   * the runtime can give, so its start-up never slows real work; foreground()
+   * restores it when a create claims it.
+   */
+  background?: boolean;
   log: Logger;
 }
 
@@ -61,6 +67,8 @@ export interface Instance {
    * let go of any control connection, so the next server can adopt it.
    */
   detach?(): void;
+  /** A background-started instance (InstanceSpec.background) is claimed: normal CPU priority from now on. */
+  foreground?(): void;
   /** Called once if the instance dies on its own (crash, OOM, killed from outside). */
   onExit(listener: (reason: string) => void): void;
   /** Host memory the instance uses now (a VMM's resident set: guest RAM it touched plus its own), for metrics. */

@@ -120,6 +120,17 @@ describe.skipIf(!isRoot)("process runtime (needs root: skipped when not root)", 
     expect(st.cpuUsedPct).toBeLessThanOrEqual(100);
   });
 
+  it("a warm-pool start runs at the lowest CPU share until claimed, then at the normal one", async () => {
+    const s = await create({ background: true });
+    const share = () => (s.inst.cgroup!.kind === "v1" ? cgroupFile(s, ["cpu", "cpu.shares"], "") : cgroupFile(s, ["cpu", ""], "cpu.weight"));
+    expect(s.inst.cgroup, "this host has writable cgroups").toBeDefined();
+    // Its whole start-up (launcher, init, envd) ran in the group at that share: real work always comes first.
+    expect(share()).toBe(s.inst.cgroup!.kind === "v1" ? "2" : "1");
+    expect(await s.sh("echo up")).toBe("up");
+    s.inst.foreground();
+    expect(share()).toBe(s.inst.cgroup!.kind === "v1" ? "1024" : "100");
+  });
+
   it("pause freezes the sandbox and resume thaws it: running processes and files survive", async () => {
     const s = await create();
     await s.sh("echo kept > ~/kept.txt");

@@ -43,6 +43,9 @@ describe("warm pool (process runtime)", () => {
     const [warmId] = warmIds(cp);
     expect(warmId).toBeDefined();
     expect(cp.manager.list().map((s) => s.id)).not.toContain(warmId); // not anyone's yet: not listed
+    // Operators see the pool: the gauge on /metrics.
+    const metrics = await (await fetch(`${cp.url}/metrics`, { headers: { "x-api-key": cp.apiKey } })).text();
+    expect(metrics).toMatch(/^locale2b_warm_pool_ready 1$/m);
     const sbx = await Sandbox.create("base", { envs: { FROM_CREATE: "yes" }, metadata: { who: "warm-test" } });
     expect(sbx.sandboxId).toBe(warmId);
     const r = await sbx.commands.run('echo "$FROM_CREATE $(hostname) $(whoami)"');

@@ -111,7 +111,7 @@ export async function attach(id: string, dir: string, inst: ProcessInstance, ini
   return sbx;
 }
 
-export async function create(opts: { allowInternetAccess?: boolean; memoryMB?: number; cpuCount?: number; data?: string } = {}): Promise<Sandbox> {
+export async function create(opts: { allowInternetAccess?: boolean; memoryMB?: number; cpuCount?: number; data?: string; background?: boolean } = {}): Promise<Sandbox> {
   const id = newId();
   const dir = join(opts.data ?? dataDir, "sandboxes", id);
   mkdirSync(dir, { recursive: true });
@@ -123,6 +123,7 @@ export async function create(opts: { allowInternetAccess?: boolean; memoryMB?: n
     diskSizeMB: 1024,
     dir,
     allowInternetAccess: opts.allowInternetAccess ?? true,
+    ...(opts.background ? { background: true } : {}),
     log,
   });
   return attach(id, dir, inst);

@@ -105,6 +105,11 @@ export class V1Cgroup implements SandboxCgroup {
     return this.dirs.memory ? readNumber(join(this.dirs.memory, "memory.limit_in_bytes")) : undefined;
   }
 
+  setBackground(background: boolean): void {
+    // cpu.shares: 2 is the kernel's minimum, 1024 its default.
+    if (this.dirs.cpu) tryWrite(join(this.dirs.cpu, "cpu.shares"), background ? "2" : "1024");
+  }
+
   cpuNs(): number | undefined {
     return this.dirs.cpuacct ? readNumber(join(this.dirs.cpuacct, "cpuacct.usage")) : undefined;
   }

@@ -80,6 +80,11 @@ export class V2Cgroup implements SandboxCgroup {
     return readNumber(join(this.dir, "memory.max"));
   }
 
+  setBackground(background: boolean): void {
+    // cpu.weight: 1 is the minimum, 100 the default (absent without the cpu controller: nothing to do).
+    tryWrite(join(this.dir, "cpu.weight"), background ? "1" : "100");
+  }
+
   cpuNs(): number | undefined {
     // cpu.stat's usage_usec is there even without the cpu controller.
     const usec = readKeyed(join(this.dir, "cpu.stat")).get("usage_usec");

@@ -25,6 +25,8 @@ export interface SandboxCgroup {
   /** Bytes in use (without reclaimable page cache), if the memory controller is there. */
   memoryUsage(): number | undefined;
   memoryLimit(): number | undefined;
+  /** Background: the smallest CPU share, so the group runs only on CPU nobody else wants; else the normal share. */
+  setBackground(background: boolean): void;
   /** CPU time used by the group so far, in nanoseconds, if accounted. */
   cpuNs(): number | undefined;
   /** How many processes the kernel's OOM killer has killed in the group, if it says. */

@@ -127,6 +127,10 @@ export class ProcessInstance implements Instance {
     return this.o.mode;
   }
 
+  foreground(): void {
+    this.o.cgroup?.setBackground(false);
+  }
+
   /** The sandbox's cgroup, if the host gave it one. */
   get cgroup(): SandboxCgroup | undefined {
     return this.o.cgroup;

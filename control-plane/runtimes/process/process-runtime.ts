@@ -169,7 +169,9 @@ export class ProcessRuntime implements Runtime {
 
   private makeCgroup(spec: InstanceSpec, caps: HostCapabilities, cpuCount: number): SandboxCgroup | undefined {
     try {
-      return caps.cgroups?.create(spec.sandboxId, this.limits(spec, cpuCount));
+      const group = caps.cgroups?.create(spec.sandboxId, this.limits(spec, cpuCount));
+      if (spec.background) group?.setBackground(true);
+      return group;
     } catch (err) {
       spec.log.warn({ err }, "cannot create the sandbox's cgroup: it runs without limits");
       return undefined;
