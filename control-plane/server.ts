@@ -18,6 +18,7 @@ import { createWorkspaceApi, WORKSPACE_PREFIX } from "./api/workspace/router.js"
 import type { WorkspaceSettings } from "./api/workspace/deps.js";
 import { DEFAULT_ACTIVITY, startActivity, type Activity, type ActivitySettings } from "./activity.js";
 import { EnvdRpc } from "./transport/envd-rpc.js";
+import { warmUpEnvd } from "./manager/warm-up.js";
 import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
 import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js";
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
@@ -137,8 +138,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
-    prepare: (sandboxId, socketPath, token, dir) =>
-      prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId })),
+    prepare: async (sandboxId, socketPath, token, dir) => {
+      await prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId }));
+      // No token yet: a warm sandbox, made ahead of any create (a create's own sandbox is not kept waiting for this).
+      if (token === "") await warmUpEnvd(envdRpc, { sandboxId, socketPath, token }, log);
+    },
     log,
   });
   await manager.start();

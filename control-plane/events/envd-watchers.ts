@@ -21,6 +21,9 @@ interface Watch {
 
 const MAX_BACKOFF_MS = 5_000;
 
+/** How long after a create its watch opens (envd retains ACTIVITY_RETAINED events meanwhile). */
+const CREATED_WATCH_DELAY_MS = 300;
+
 /**
  * One WatchActivity stream per running sandbox, from its envd to the event
  * bus: this is how a command an E2B SDK runs through the proxy (or any
@@ -50,7 +53,11 @@ export class EnvdActivityWatchers {
 
   start(): void {
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
-      if (e.type === "created" || e.type === "resumed") {
+      if (e.type === "created") {
+        // Not on the create's heels: the client's first command comes now, and envd keeps what
+        // happens meanwhile for the watch to replay.
+        setTimeout(() => this.watch(e.sandbox.id), CREATED_WATCH_DELAY_MS).unref();
+      } else if (e.type === "resumed") {
         this.watch(e.sandbox.id);
       } else if (e.type === "killed") {
         this.stop(e.sandbox.id);

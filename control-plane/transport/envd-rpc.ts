@@ -15,13 +15,13 @@ export interface EnvdTarget {
  * Connect clients for a sandbox's envd RPCs (process.Process,
  * filesystem.Filesystem, locale2b.envd.v1.ActivityService), made by the
  * control plane itself over the sandbox's pooled vsock connections, in
- * Connect's binary format. `user` is the Basic-auth user envd acts as
- * (default: envd's default user).
+ * Connect's binary format (`json`: Connect's JSON, as the E2B SDKs speak).
+ * `user` is the Basic-auth user envd acts as (default: envd's default user).
  */
 export class EnvdRpc {
   constructor(private readonly pool: AgentPool) {}
 
-  client<S extends DescService>(service: S, target: EnvdTarget, user?: string): Client<S> {
+  client<S extends DescService>(service: S, target: EnvdTarget, user?: string, json = false): Client<S> {
     const headers: [string, string][] = target.token ? [["x-access-token", target.token]] : [];
     if (user) headers.push(["authorization", `Basic ${Buffer.from(`${user}:`).toString("base64")}`]);
     const addHeaders: Interceptor = (next) => (req) => {
@@ -32,7 +32,7 @@ export class EnvdRpc {
     const transport = createConnectTransport({
       baseUrl: `http://${ENVD_PORT}-${target.sandboxId}`,
       httpVersion: "1.1",
-      useBinaryFormat: true,
+      useBinaryFormat: !json,
       acceptCompression: [],
       sendCompression: undefined,
       interceptors: [addHeaders],
