@@ -1,4 +1,12 @@
-import { listAttributes, getAttribute, removeAttribute, setAttribute } from "@napi-rs/xattr";
+import { createRequire } from "node:module";
+
+/** @napi-rs/xattr, loaded on first use: a native addon envd's start-up need not wait for. */
+let xattr: typeof import("@napi-rs/xattr") | undefined;
+const lib = (): typeof import("@napi-rs/xattr") => (xattr ??= createRequire(import.meta.url)("@napi-rs/xattr") as typeof import("@napi-rs/xattr"));
+const listAttributes = (path: string) => lib().listAttributes(path);
+const getAttribute = (path: string, name: string) => lib().getAttribute(path, name);
+const removeAttribute = (path: string, name: string) => lib().removeAttribute(path, name);
+const setAttribute = (path: string, name: string, value: string) => lib().setAttribute(path, name, value);
 
 /** Namespace of E2B file metadata: `X-Metadata-Foo: bar` is stored as `user.e2b.foo`. */
 export const METADATA_PREFIX = "user.e2b.";

@@ -1,12 +1,23 @@
-import { spawn as spawnPty, type IPty } from "@lydell/node-pty";
+import type { IPty } from "@lydell/node-pty";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { spawn, type ChildProcess } from "node:child_process";
+import { createRequire } from "node:module";
 import type { Readable } from "node:stream";
 import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
 import { withChildOomScore } from "./oom-score.js";
 import { spawnTurn } from "./spawn-turns.js";
+
+/**
+ * node-pty, loaded on the first PTY: a native addon most sandboxes never
+ * use, so envd's start-up (and /health) does not wait for it.
+ */
+let ptyModule: typeof import("@lydell/node-pty") | undefined;
+function spawnPty(...args: Parameters<typeof import("@lydell/node-pty").spawn>): IPty {
+  ptyModule ??= createRequire(import.meta.url)("@lydell/node-pty") as typeof import("@lydell/node-pty");
+  return ptyModule.spawn(...args);
+}
 
 export type OutputKind = "stdout" | "stderr" | "pty";
 
