@@ -86,7 +86,27 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
   });
   const audit = new AuditLog(db, redactor, settings.auditRetentionMs);
   const claims = new AuditClaims();
-  const watchers = new EnvdActivityWatchers({ manager, rpc, db, bus, redactor, log });
+  const watchers = new EnvdActivityWatchers({
+    manager,
+    rpc,
+    db,
+    bus,
+    redactor,
+    onPathChanged: (sandboxId, c) =>
+      audit.record({
+        actor: "envd-token",
+        api: "envd",
+        action: `file.${c.op}`,
+        sandbox_id: sandboxId,
+        result: "ok",
+        details: {
+          path: redactor.redact(c.path, sandboxId),
+          ...(c.destination !== undefined ? { destination: redactor.redact(c.destination, sandboxId) } : {}),
+          user: c.user,
+        },
+      }),
+    log,
+  });
   const sessions = new SessionManager({
     manager,
     rpc,

@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { ActivityService } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
+import { ActivityService, type PathChanged } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
 import type { Redactor } from "../audit/redact.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ActivityDb } from "../store/activity-db.js";
@@ -47,6 +47,8 @@ export class EnvdActivityWatchers {
       db: ActivityDb;
       bus: EventBus;
       redactor: Redactor;
+      /** A path removed, moved or made through envd's filesystem API (not an event: the audit log's). */
+      onPathChanged?: (sandboxId: string, change: PathChanged) => void;
       log: Logger;
     },
   ) {}
@@ -127,6 +129,7 @@ export class EnvdActivityWatchers {
           }
           if (!msg.event) continue;
           if (msg.dropped > 0n) log.warn({ dropped: Number(msg.dropped) }, "envd no longer had some activity events: they are missing from the event stream");
+          if (msg.event.event.case === "pathChanged") this.o.onPathChanged?.(id, msg.event.event.value);
           const event = translator.translate(msg.event);
           if (event) this.o.bus.publish(this.withWorkspace(event, target.sandbox.metadata));
           cursor.seq = Number(msg.event.seq);

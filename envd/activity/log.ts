@@ -6,6 +6,7 @@ import {
   type ActivityEvent,
   type FileRead,
   type FileWritten,
+  type PathChanged,
   type ProcessEnded,
   type ProcessFailed,
   type ProcessStarted,
@@ -21,7 +22,8 @@ export type Activity =
   | { case: "processEnded"; value: Fields<ProcessEnded> }
   | { case: "processFailed"; value: Fields<ProcessFailed> }
   | { case: "fileRead"; value: Fields<FileRead> }
-  | { case: "fileWritten"; value: Fields<FileWritten> };
+  | { case: "fileWritten"; value: Fields<FileWritten> }
+  | { case: "pathChanged"; value: Fields<PathChanged> };
 
 /**
  * What happened in this sandbox (processes, file transfers), numbered and

@@ -41,14 +41,18 @@ export function createFilesystemService(ctx: EnvdContext): { impl: ServiceImpl<t
       const user = caller(context);
       const path = resolve(req.path, user);
       guard(() => access.check(user, path, "write"));
-      return { entry: await makeDir(ctx.users, path, user) };
+      const entry = await makeDir(ctx.users, path, user);
+      ctx.activity.emit({ case: "pathChanged", value: { op: "mkdir", path, user: user.name } });
+      return { entry };
     },
     async move(req, context) {
       const user = caller(context);
       const [source, destination] = [resolve(req.source, user), resolve(req.destination, user)];
       guard(() => access.checkRemove(user, source));
       guard(() => access.check(user, destination, "write"));
-      return { entry: await movePath(ctx.users, source, destination, user) };
+      const entry = await movePath(ctx.users, source, destination, user);
+      ctx.activity.emit({ case: "pathChanged", value: { op: "move", path: source, destination, user: user.name } });
+      return { entry };
     },
     async listDir(req, context) {
       const user = caller(context);
@@ -61,6 +65,7 @@ export function createFilesystemService(ctx: EnvdContext): { impl: ServiceImpl<t
       const path = resolve(req.path, user);
       guard(() => access.checkRemove(user, path));
       await removePath(path);
+      ctx.activity.emit({ case: "pathChanged", value: { op: "remove", path, user: user.name } });
       return {};
     },
     async *watchDir(req, context) {

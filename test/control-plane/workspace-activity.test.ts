@@ -219,6 +219,31 @@ describe("audit log", () => {
     expect(text).toContain("[REDACTED]");
   });
 
+  it("an SDK's mkdir, rename and remove (envd's filesystem API through the proxy) are audited with their paths", async () => {
+    const sbx = await Sandbox.connect(sandboxId);
+    const dir = `/home/user/audited-${randomBytes(3).toString("hex")}`;
+    await sbx.files.makeDir(dir);
+    await sbx.files.write(`${dir}/a.txt`, "x");
+    await sbx.files.rename(`${dir}/a.txt`, `${dir}/b.txt`);
+    await sbx.files.remove(dir);
+    const audited = async () => {
+      const text = await (await fetch(`${cp.workspaceUrl}/audit?sandbox_id=${sandboxId}`, { headers: headers() })).text();
+      return text.trim().split("\n").map((l) => JSON.parse(l) as { actor: string; api: string; action: string; details?: Record<string, unknown> });
+    };
+    let entries = await audited();
+    for (let i = 0; i < 200 && !entries.some((e) => e.action === "file.remove" && e.details?.path === dir); i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      entries = await audited();
+    }
+    const mine = entries.filter((e) => ["file.mkdir", "file.move", "file.remove"].includes(e.action) && String(e.details?.path).startsWith(dir));
+    expect(mine.map((e) => [e.action, e.details])).toEqual([
+      ["file.mkdir", { path: dir, user: "user" }],
+      ["file.move", { path: `${dir}/a.txt`, destination: `${dir}/b.txt`, user: "user" }],
+      ["file.remove", { path: dir, user: "user" }],
+    ]);
+    expect(mine.every((e) => e.actor === "envd-token" && e.api === "envd")).toBe(true);
+  });
+
   it("`locale2b audit export --since` writes the same entries as JSON Lines", async () => {
     const since = new Date(Date.now() - 3_600_000).toISOString();
     const { stdout } = await promisify(execFile)(

@@ -426,6 +426,79 @@ func (x *FileWritten) GetUser() string {
 	return ""
 }
 
+// A path was removed, moved or made (filesystem.Filesystem's Remove, Move
+// and MakeDir), for the audit log.
+type PathChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "remove", "move" or "mkdir".
+	Op   string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// A move's new path.
+	Destination *string `protobuf:"bytes,3,opt,name=destination,proto3,oneof" json:"destination,omitempty"`
+	// The user the call acted as.
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathChanged) Reset() {
+	*x = PathChanged{}
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathChanged) ProtoMessage() {}
+
+func (x *PathChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathChanged.ProtoReflect.Descriptor instead.
+func (*PathChanged) Descriptor() ([]byte, []int) {
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PathChanged) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *PathChanged) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *PathChanged) GetDestination() string {
+	if x != nil && x.Destination != nil {
+		return *x.Destination
+	}
+	return ""
+}
+
+func (x *PathChanged) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type ActivityEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1, 2, 3, ... within one stream_id.
@@ -438,6 +511,7 @@ type ActivityEvent struct {
 	//	*ActivityEvent_ProcessFailed
 	//	*ActivityEvent_FileRead
 	//	*ActivityEvent_FileWritten
+	//	*ActivityEvent_PathChanged
 	Event         isActivityEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -445,7 +519,7 @@ type ActivityEvent struct {
 
 func (x *ActivityEvent) Reset() {
 	*x = ActivityEvent{}
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[5]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +531,7 @@ func (x *ActivityEvent) String() string {
 func (*ActivityEvent) ProtoMessage() {}
 
 func (x *ActivityEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[5]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +544,7 @@ func (x *ActivityEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityEvent.ProtoReflect.Descriptor instead.
 func (*ActivityEvent) Descriptor() ([]byte, []int) {
-	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{5}
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ActivityEvent) GetSeq() uint64 {
@@ -539,6 +613,15 @@ func (x *ActivityEvent) GetFileWritten() *FileWritten {
 	return nil
 }
 
+func (x *ActivityEvent) GetPathChanged() *PathChanged {
+	if x != nil {
+		if x, ok := x.Event.(*ActivityEvent_PathChanged); ok {
+			return x.PathChanged
+		}
+	}
+	return nil
+}
+
 type isActivityEvent_Event interface {
 	isActivityEvent_Event()
 }
@@ -563,6 +646,10 @@ type ActivityEvent_FileWritten struct {
 	FileWritten *FileWritten `protobuf:"bytes,7,opt,name=file_written,json=fileWritten,proto3,oneof"`
 }
 
+type ActivityEvent_PathChanged struct {
+	PathChanged *PathChanged `protobuf:"bytes,8,opt,name=path_changed,json=pathChanged,proto3,oneof"`
+}
+
 func (*ActivityEvent_ProcessStarted) isActivityEvent_Event() {}
 
 func (*ActivityEvent_ProcessEnded) isActivityEvent_Event() {}
@@ -572,6 +659,8 @@ func (*ActivityEvent_ProcessFailed) isActivityEvent_Event() {}
 func (*ActivityEvent_FileRead) isActivityEvent_Event() {}
 
 func (*ActivityEvent_FileWritten) isActivityEvent_Event() {}
+
+func (*ActivityEvent_PathChanged) isActivityEvent_Event() {}
 
 type WatchActivityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -586,7 +675,7 @@ type WatchActivityRequest struct {
 
 func (x *WatchActivityRequest) Reset() {
 	*x = WatchActivityRequest{}
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[6]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +687,7 @@ func (x *WatchActivityRequest) String() string {
 func (*WatchActivityRequest) ProtoMessage() {}
 
 func (x *WatchActivityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[6]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +700,7 @@ func (x *WatchActivityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchActivityRequest.ProtoReflect.Descriptor instead.
 func (*WatchActivityRequest) Descriptor() ([]byte, []int) {
-	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{6}
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchActivityRequest) GetAfterSeq() uint64 {
@@ -643,7 +732,7 @@ type WatchActivityResponse struct {
 
 func (x *WatchActivityResponse) Reset() {
 	*x = WatchActivityResponse{}
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[7]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +744,7 @@ func (x *WatchActivityResponse) String() string {
 func (*WatchActivityResponse) ProtoMessage() {}
 
 func (x *WatchActivityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[7]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +757,7 @@ func (x *WatchActivityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchActivityResponse.ProtoReflect.Descriptor instead.
 func (*WatchActivityResponse) Descriptor() ([]byte, []int) {
-	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{7}
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchActivityResponse) GetStreamId() string {
@@ -700,7 +789,7 @@ type GetCountersRequest struct {
 
 func (x *GetCountersRequest) Reset() {
 	*x = GetCountersRequest{}
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[8]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +801,7 @@ func (x *GetCountersRequest) String() string {
 func (*GetCountersRequest) ProtoMessage() {}
 
 func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[8]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +814,7 @@ func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCountersRequest.ProtoReflect.Descriptor instead.
 func (*GetCountersRequest) Descriptor() ([]byte, []int) {
-	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{8}
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{9}
 }
 
 type GetCountersResponse struct {
@@ -751,7 +840,7 @@ type GetCountersResponse struct {
 
 func (x *GetCountersResponse) Reset() {
 	*x = GetCountersResponse{}
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[9]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +852,7 @@ func (x *GetCountersResponse) String() string {
 func (*GetCountersResponse) ProtoMessage() {}
 
 func (x *GetCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[9]
+	mi := &file_locale2b_envd_v1_activity_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +865,7 @@ func (x *GetCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCountersResponse.ProtoReflect.Descriptor instead.
 func (*GetCountersResponse) Descriptor() ([]byte, []int) {
-	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{9}
+	return file_locale2b_envd_v1_activity_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetCountersResponse) GetBootId() string {
@@ -875,7 +964,13 @@ const file_locale2b_envd_v1_activity_proto_rawDesc = "" +
 	"\vFileWritten\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\xb7\x03\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"|\n" +
+	"\vPathChanged\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12%\n" +
+	"\vdestination\x18\x03 \x01(\tH\x00R\vdestination\x88\x01\x01\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04userB\x0e\n" +
+	"\f_destination\"\xfb\x03\n" +
 	"\rActivityEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12K\n" +
@@ -883,7 +978,8 @@ const file_locale2b_envd_v1_activity_proto_rawDesc = "" +
 	"\rprocess_ended\x18\x04 \x01(\v2\x1e.locale2b.envd.v1.ProcessEndedH\x00R\fprocessEnded\x12H\n" +
 	"\x0eprocess_failed\x18\x05 \x01(\v2\x1f.locale2b.envd.v1.ProcessFailedH\x00R\rprocessFailed\x129\n" +
 	"\tfile_read\x18\x06 \x01(\v2\x1a.locale2b.envd.v1.FileReadH\x00R\bfileRead\x12B\n" +
-	"\ffile_written\x18\a \x01(\v2\x1d.locale2b.envd.v1.FileWrittenH\x00R\vfileWrittenB\a\n" +
+	"\ffile_written\x18\a \x01(\v2\x1d.locale2b.envd.v1.FileWrittenH\x00R\vfileWritten\x12B\n" +
+	"\fpath_changed\x18\b \x01(\v2\x1d.locale2b.envd.v1.PathChangedH\x00R\vpathChangedB\a\n" +
 	"\x05event\"P\n" +
 	"\x14WatchActivityRequest\x12\x1b\n" +
 	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\x12\x1b\n" +
@@ -920,37 +1016,39 @@ func file_locale2b_envd_v1_activity_proto_rawDescGZIP() []byte {
 	return file_locale2b_envd_v1_activity_proto_rawDescData
 }
 
-var file_locale2b_envd_v1_activity_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_locale2b_envd_v1_activity_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_locale2b_envd_v1_activity_proto_goTypes = []any{
 	(*ProcessStarted)(nil),        // 0: locale2b.envd.v1.ProcessStarted
 	(*ProcessEnded)(nil),          // 1: locale2b.envd.v1.ProcessEnded
 	(*ProcessFailed)(nil),         // 2: locale2b.envd.v1.ProcessFailed
 	(*FileRead)(nil),              // 3: locale2b.envd.v1.FileRead
 	(*FileWritten)(nil),           // 4: locale2b.envd.v1.FileWritten
-	(*ActivityEvent)(nil),         // 5: locale2b.envd.v1.ActivityEvent
-	(*WatchActivityRequest)(nil),  // 6: locale2b.envd.v1.WatchActivityRequest
-	(*WatchActivityResponse)(nil), // 7: locale2b.envd.v1.WatchActivityResponse
-	(*GetCountersRequest)(nil),    // 8: locale2b.envd.v1.GetCountersRequest
-	(*GetCountersResponse)(nil),   // 9: locale2b.envd.v1.GetCountersResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*PathChanged)(nil),           // 5: locale2b.envd.v1.PathChanged
+	(*ActivityEvent)(nil),         // 6: locale2b.envd.v1.ActivityEvent
+	(*WatchActivityRequest)(nil),  // 7: locale2b.envd.v1.WatchActivityRequest
+	(*WatchActivityResponse)(nil), // 8: locale2b.envd.v1.WatchActivityResponse
+	(*GetCountersRequest)(nil),    // 9: locale2b.envd.v1.GetCountersRequest
+	(*GetCountersResponse)(nil),   // 10: locale2b.envd.v1.GetCountersResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_locale2b_envd_v1_activity_proto_depIdxs = []int32{
-	10, // 0: locale2b.envd.v1.ActivityEvent.time:type_name -> google.protobuf.Timestamp
+	11, // 0: locale2b.envd.v1.ActivityEvent.time:type_name -> google.protobuf.Timestamp
 	0,  // 1: locale2b.envd.v1.ActivityEvent.process_started:type_name -> locale2b.envd.v1.ProcessStarted
 	1,  // 2: locale2b.envd.v1.ActivityEvent.process_ended:type_name -> locale2b.envd.v1.ProcessEnded
 	2,  // 3: locale2b.envd.v1.ActivityEvent.process_failed:type_name -> locale2b.envd.v1.ProcessFailed
 	3,  // 4: locale2b.envd.v1.ActivityEvent.file_read:type_name -> locale2b.envd.v1.FileRead
 	4,  // 5: locale2b.envd.v1.ActivityEvent.file_written:type_name -> locale2b.envd.v1.FileWritten
-	5,  // 6: locale2b.envd.v1.WatchActivityResponse.event:type_name -> locale2b.envd.v1.ActivityEvent
-	6,  // 7: locale2b.envd.v1.ActivityService.WatchActivity:input_type -> locale2b.envd.v1.WatchActivityRequest
-	8,  // 8: locale2b.envd.v1.ActivityService.GetCounters:input_type -> locale2b.envd.v1.GetCountersRequest
-	7,  // 9: locale2b.envd.v1.ActivityService.WatchActivity:output_type -> locale2b.envd.v1.WatchActivityResponse
-	9,  // 10: locale2b.envd.v1.ActivityService.GetCounters:output_type -> locale2b.envd.v1.GetCountersResponse
-	9,  // [9:11] is the sub-list for method output_type
-	7,  // [7:9] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	5,  // 6: locale2b.envd.v1.ActivityEvent.path_changed:type_name -> locale2b.envd.v1.PathChanged
+	6,  // 7: locale2b.envd.v1.WatchActivityResponse.event:type_name -> locale2b.envd.v1.ActivityEvent
+	7,  // 8: locale2b.envd.v1.ActivityService.WatchActivity:input_type -> locale2b.envd.v1.WatchActivityRequest
+	9,  // 9: locale2b.envd.v1.ActivityService.GetCounters:input_type -> locale2b.envd.v1.GetCountersRequest
+	8,  // 10: locale2b.envd.v1.ActivityService.WatchActivity:output_type -> locale2b.envd.v1.WatchActivityResponse
+	10, // 11: locale2b.envd.v1.ActivityService.GetCounters:output_type -> locale2b.envd.v1.GetCountersResponse
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_locale2b_envd_v1_activity_proto_init() }
@@ -961,12 +1059,14 @@ func file_locale2b_envd_v1_activity_proto_init() {
 	file_locale2b_envd_v1_activity_proto_msgTypes[0].OneofWrappers = []any{}
 	file_locale2b_envd_v1_activity_proto_msgTypes[1].OneofWrappers = []any{}
 	file_locale2b_envd_v1_activity_proto_msgTypes[2].OneofWrappers = []any{}
-	file_locale2b_envd_v1_activity_proto_msgTypes[5].OneofWrappers = []any{
+	file_locale2b_envd_v1_activity_proto_msgTypes[5].OneofWrappers = []any{}
+	file_locale2b_envd_v1_activity_proto_msgTypes[6].OneofWrappers = []any{
 		(*ActivityEvent_ProcessStarted)(nil),
 		(*ActivityEvent_ProcessEnded)(nil),
 		(*ActivityEvent_ProcessFailed)(nil),
 		(*ActivityEvent_FileRead)(nil),
 		(*ActivityEvent_FileWritten)(nil),
+		(*ActivityEvent_PathChanged)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -974,7 +1074,7 @@ func file_locale2b_envd_v1_activity_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_locale2b_envd_v1_activity_proto_rawDesc), len(file_locale2b_envd_v1_activity_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

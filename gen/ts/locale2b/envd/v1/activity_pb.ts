@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file locale2b/envd/v1/activity.proto.
  */
 export const file_locale2b_envd_v1_activity: GenFile = /*@__PURE__*/
-  fileDesc("Ch9sb2NhbGUyYi9lbnZkL3YxL2FjdGl2aXR5LnByb3RvEhBsb2NhbGUyYi5lbnZkLnYxInoKDlByb2Nlc3NTdGFydGVkEgsKA3BpZBgBIAEoDRILCgNjbWQYAiABKAkSDAoEYXJncxgDIAMoCRILCgNjd2QYBCABKAkSDAoEdXNlchgFIAEoCRIQCgN0YWcYBiABKAlIAIgBARILCgNwdHkYByABKAhCBgoEX3RhZyKbAQoMUHJvY2Vzc0VuZGVkEgsKA3BpZBgBIAEoDRIQCgN0YWcYAiABKAlIAIgBARIRCglleGl0X2NvZGUYAyABKBESDgoGZXhpdGVkGAQgASgIEg4KBnN0YXR1cxgFIAEoCRISCgVlcnJvchgGIAEoCUgBiAEBEhMKC2R1cmF0aW9uX21zGAcgASgEQgYKBF90YWdCCAoGX2Vycm9yIm4KDVByb2Nlc3NGYWlsZWQSCwoDY21kGAEgASgJEgwKBGFyZ3MYAiADKAkSCwoDY3dkGAMgASgJEgwKBHVzZXIYBCABKAkSEAoDdGFnGAUgASgJSACIAQESDQoFZXJyb3IYBiABKAlCBgoEX3RhZyI1CghGaWxlUmVhZBIMCgRwYXRoGAEgASgJEg0KBWJ5dGVzGAIgASgEEgwKBHVzZXIYAyABKAkiOAoLRmlsZVdyaXR0ZW4SDAoEcGF0aBgBIAEoCRINCgVieXRlcxgCIAEoBBIMCgR1c2VyGAMgASgJIugCCg1BY3Rpdml0eUV2ZW50EgsKA3NlcRgBIAEoBBIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI7Cg9wcm9jZXNzX3N0YXJ0ZWQYAyABKAsyIC5sb2NhbGUyYi5lbnZkLnYxLlByb2Nlc3NTdGFydGVkSAASNwoNcHJvY2Vzc19lbmRlZBgEIAEoCzIeLmxvY2FsZTJiLmVudmQudjEuUHJvY2Vzc0VuZGVkSAASOQoOcHJvY2Vzc19mYWlsZWQYBSABKAsyHy5sb2NhbGUyYi5lbnZkLnYxLlByb2Nlc3NGYWlsZWRIABIvCglmaWxlX3JlYWQYBiABKAsyGi5sb2NhbGUyYi5lbnZkLnYxLkZpbGVSZWFkSAASNQoMZmlsZV93cml0dGVuGAcgASgLMh0ubG9jYWxlMmIuZW52ZC52MS5GaWxlV3JpdHRlbkgAQgcKBWV2ZW50IjwKFFdhdGNoQWN0aXZpdHlSZXF1ZXN0EhEKCWFmdGVyX3NlcRgBIAEoBBIRCglzdHJlYW1faWQYAiABKAkiawoVV2F0Y2hBY3Rpdml0eVJlc3BvbnNlEhEKCXN0cmVhbV9pZBgBIAEoCRIuCgVldmVudBgCIAEoCzIfLmxvY2FsZTJiLmVudmQudjEuQWN0aXZpdHlFdmVudBIPCgdkcm9wcGVkGAMgASgEIhQKEkdldENvdW50ZXJzUmVxdWVzdCLXAQoTR2V0Q291bnRlcnNSZXNwb25zZRIPCgdib290X2lkGAEgASgJEhUKDW5ldF9uYW1lc3BhY2UYAiABKAkSFAoMbmV0X3J4X2J5dGVzGAMgASgEEhQKDG5ldF90eF9ieXRlcxgEIAEoBBIYChBibG9ja19yZWFkX2J5dGVzGAUgASgEEhkKEWJsb2NrX3dyaXRlX2J5dGVzGAYgASgEEhoKEnByb2Nlc3NfcmVhZF9ieXRlcxgHIAEoBBIbChNwcm9jZXNzX3dyaXRlX2J5dGVzGAggASgEMtEBCg9BY3Rpdml0eVNlcnZpY2USYgoNV2F0Y2hBY3Rpdml0eRImLmxvY2FsZTJiLmVudmQudjEuV2F0Y2hBY3Rpdml0eVJlcXVlc3QaJy5sb2NhbGUyYi5lbnZkLnYxLldhdGNoQWN0aXZpdHlSZXNwb25zZTABEloKC0dldENvdW50ZXJzEiQubG9jYWxlMmIuZW52ZC52MS5HZXRDb3VudGVyc1JlcXVlc3QaJS5sb2NhbGUyYi5lbnZkLnYxLkdldENvdW50ZXJzUmVzcG9uc2VCPVo7Z2l0aHViLmNvbS9sb2NhbGUyYi9sb2NhbGUyYi9nZW4vZ28vbG9jYWxlMmIvZW52ZC92MTtlbnZkdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("Ch9sb2NhbGUyYi9lbnZkL3YxL2FjdGl2aXR5LnByb3RvEhBsb2NhbGUyYi5lbnZkLnYxInoKDlByb2Nlc3NTdGFydGVkEgsKA3BpZBgBIAEoDRILCgNjbWQYAiABKAkSDAoEYXJncxgDIAMoCRILCgNjd2QYBCABKAkSDAoEdXNlchgFIAEoCRIQCgN0YWcYBiABKAlIAIgBARILCgNwdHkYByABKAhCBgoEX3RhZyKbAQoMUHJvY2Vzc0VuZGVkEgsKA3BpZBgBIAEoDRIQCgN0YWcYAiABKAlIAIgBARIRCglleGl0X2NvZGUYAyABKBESDgoGZXhpdGVkGAQgASgIEg4KBnN0YXR1cxgFIAEoCRISCgVlcnJvchgGIAEoCUgBiAEBEhMKC2R1cmF0aW9uX21zGAcgASgEQgYKBF90YWdCCAoGX2Vycm9yIm4KDVByb2Nlc3NGYWlsZWQSCwoDY21kGAEgASgJEgwKBGFyZ3MYAiADKAkSCwoDY3dkGAMgASgJEgwKBHVzZXIYBCABKAkSEAoDdGFnGAUgASgJSACIAQESDQoFZXJyb3IYBiABKAlCBgoEX3RhZyI1CghGaWxlUmVhZBIMCgRwYXRoGAEgASgJEg0KBWJ5dGVzGAIgASgEEgwKBHVzZXIYAyABKAkiOAoLRmlsZVdyaXR0ZW4SDAoEcGF0aBgBIAEoCRINCgVieXRlcxgCIAEoBBIMCgR1c2VyGAMgASgJIl8KC1BhdGhDaGFuZ2VkEgoKAm9wGAEgASgJEgwKBHBhdGgYAiABKAkSGAoLZGVzdGluYXRpb24YAyABKAlIAIgBARIMCgR1c2VyGAQgASgJQg4KDF9kZXN0aW5hdGlvbiKfAwoNQWN0aXZpdHlFdmVudBILCgNzZXEYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOwoPcHJvY2Vzc19zdGFydGVkGAMgASgLMiAubG9jYWxlMmIuZW52ZC52MS5Qcm9jZXNzU3RhcnRlZEgAEjcKDXByb2Nlc3NfZW5kZWQYBCABKAsyHi5sb2NhbGUyYi5lbnZkLnYxLlByb2Nlc3NFbmRlZEgAEjkKDnByb2Nlc3NfZmFpbGVkGAUgASgLMh8ubG9jYWxlMmIuZW52ZC52MS5Qcm9jZXNzRmFpbGVkSAASLwoJZmlsZV9yZWFkGAYgASgLMhoubG9jYWxlMmIuZW52ZC52MS5GaWxlUmVhZEgAEjUKDGZpbGVfd3JpdHRlbhgHIAEoCzIdLmxvY2FsZTJiLmVudmQudjEuRmlsZVdyaXR0ZW5IABI1CgxwYXRoX2NoYW5nZWQYCCABKAsyHS5sb2NhbGUyYi5lbnZkLnYxLlBhdGhDaGFuZ2VkSABCBwoFZXZlbnQiPAoUV2F0Y2hBY3Rpdml0eVJlcXVlc3QSEQoJYWZ0ZXJfc2VxGAEgASgEEhEKCXN0cmVhbV9pZBgCIAEoCSJrChVXYXRjaEFjdGl2aXR5UmVzcG9uc2USEQoJc3RyZWFtX2lkGAEgASgJEi4KBWV2ZW50GAIgASgLMh8ubG9jYWxlMmIuZW52ZC52MS5BY3Rpdml0eUV2ZW50Eg8KB2Ryb3BwZWQYAyABKAQiFAoSR2V0Q291bnRlcnNSZXF1ZXN0ItcBChNHZXRDb3VudGVyc1Jlc3BvbnNlEg8KB2Jvb3RfaWQYASABKAkSFQoNbmV0X25hbWVzcGFjZRgCIAEoCRIUCgxuZXRfcnhfYnl0ZXMYAyABKAQSFAoMbmV0X3R4X2J5dGVzGAQgASgEEhgKEGJsb2NrX3JlYWRfYnl0ZXMYBSABKAQSGQoRYmxvY2tfd3JpdGVfYnl0ZXMYBiABKAQSGgoScHJvY2Vzc19yZWFkX2J5dGVzGAcgASgEEhsKE3Byb2Nlc3Nfd3JpdGVfYnl0ZXMYCCABKAQy0QEKD0FjdGl2aXR5U2VydmljZRJiCg1XYXRjaEFjdGl2aXR5EiYubG9jYWxlMmIuZW52ZC52MS5XYXRjaEFjdGl2aXR5UmVxdWVzdBonLmxvY2FsZTJiLmVudmQudjEuV2F0Y2hBY3Rpdml0eVJlc3BvbnNlMAESWgoLR2V0Q291bnRlcnMSJC5sb2NhbGUyYi5lbnZkLnYxLkdldENvdW50ZXJzUmVxdWVzdBolLmxvY2FsZTJiLmVudmQudjEuR2V0Q291bnRlcnNSZXNwb25zZUI9WjtnaXRodWIuY29tL2xvY2FsZTJiL2xvY2FsZTJiL2dlbi9nby9sb2NhbGUyYi9lbnZkL3YxO2VudmR2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * A process was started (process.Process/Start).
@@ -229,6 +229,47 @@ export const FileWrittenSchema: GenMessage<FileWritten> = /*@__PURE__*/
   messageDesc(file_locale2b_envd_v1_activity, 4);
 
 /**
+ * A path was removed, moved or made (filesystem.Filesystem's Remove, Move
+ * and MakeDir), for the audit log.
+ *
+ * @generated from message locale2b.envd.v1.PathChanged
+ */
+export type PathChanged = Message<"locale2b.envd.v1.PathChanged"> & {
+  /**
+   * "remove", "move" or "mkdir".
+   *
+   * @generated from field: string op = 1;
+   */
+  op: string;
+
+  /**
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * A move's new path.
+   *
+   * @generated from field: optional string destination = 3;
+   */
+  destination?: string | undefined;
+
+  /**
+   * The user the call acted as.
+   *
+   * @generated from field: string user = 4;
+   */
+  user: string;
+};
+
+/**
+ * Describes the message locale2b.envd.v1.PathChanged.
+ * Use `create(PathChangedSchema)` to create a new message.
+ */
+export const PathChangedSchema: GenMessage<PathChanged> = /*@__PURE__*/
+  messageDesc(file_locale2b_envd_v1_activity, 5);
+
+/**
  * @generated from message locale2b.envd.v1.ActivityEvent
  */
 export type ActivityEvent = Message<"locale2b.envd.v1.ActivityEvent"> & {
@@ -277,6 +318,12 @@ export type ActivityEvent = Message<"locale2b.envd.v1.ActivityEvent"> & {
      */
     value: FileWritten;
     case: "fileWritten";
+  } | {
+    /**
+     * @generated from field: locale2b.envd.v1.PathChanged path_changed = 8;
+     */
+    value: PathChanged;
+    case: "pathChanged";
   } | { case: undefined; value?: undefined };
 };
 
@@ -285,7 +332,7 @@ export type ActivityEvent = Message<"locale2b.envd.v1.ActivityEvent"> & {
  * Use `create(ActivityEventSchema)` to create a new message.
  */
 export const ActivityEventSchema: GenMessage<ActivityEvent> = /*@__PURE__*/
-  messageDesc(file_locale2b_envd_v1_activity, 5);
+  messageDesc(file_locale2b_envd_v1_activity, 6);
 
 /**
  * @generated from message locale2b.envd.v1.WatchActivityRequest
@@ -312,7 +359,7 @@ export type WatchActivityRequest = Message<"locale2b.envd.v1.WatchActivityReques
  * Use `create(WatchActivityRequestSchema)` to create a new message.
  */
 export const WatchActivityRequestSchema: GenMessage<WatchActivityRequest> = /*@__PURE__*/
-  messageDesc(file_locale2b_envd_v1_activity, 6);
+  messageDesc(file_locale2b_envd_v1_activity, 7);
 
 /**
  * @generated from message locale2b.envd.v1.WatchActivityResponse
@@ -346,7 +393,7 @@ export type WatchActivityResponse = Message<"locale2b.envd.v1.WatchActivityRespo
  * Use `create(WatchActivityResponseSchema)` to create a new message.
  */
 export const WatchActivityResponseSchema: GenMessage<WatchActivityResponse> = /*@__PURE__*/
-  messageDesc(file_locale2b_envd_v1_activity, 7);
+  messageDesc(file_locale2b_envd_v1_activity, 8);
 
 /**
  * @generated from message locale2b.envd.v1.GetCountersRequest
@@ -359,7 +406,7 @@ export type GetCountersRequest = Message<"locale2b.envd.v1.GetCountersRequest"> 
  * Use `create(GetCountersRequestSchema)` to create a new message.
  */
 export const GetCountersRequestSchema: GenMessage<GetCountersRequest> = /*@__PURE__*/
-  messageDesc(file_locale2b_envd_v1_activity, 8);
+  messageDesc(file_locale2b_envd_v1_activity, 9);
 
 /**
  * @generated from message locale2b.envd.v1.GetCountersResponse
@@ -423,7 +470,7 @@ export type GetCountersResponse = Message<"locale2b.envd.v1.GetCountersResponse"
  * Use `create(GetCountersResponseSchema)` to create a new message.
  */
 export const GetCountersResponseSchema: GenMessage<GetCountersResponse> = /*@__PURE__*/
-  messageDesc(file_locale2b_envd_v1_activity, 9);
+  messageDesc(file_locale2b_envd_v1_activity, 10);
 
 /**
  * @generated from service locale2b.envd.v1.ActivityService
