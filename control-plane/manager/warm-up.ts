@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
 import { Process } from "../../gen/ts/process/process_pb.js";
-import { INTERNAL_TAG_PREFIX } from "../events/envd-activity.js";
+import { internalTag } from "../events/envd-activity.js";
 import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 
 /**
@@ -15,7 +15,7 @@ import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 export async function warmUpEnvd(rpc: EnvdRpc, target: EnvdTarget, log: Logger): Promise<void> {
   try {
     const client = rpc.client(Process, target, undefined, true);
-    for await (const _ of client.start({ process: { cmd: "/bin/true", args: [] }, tag: `${INTERNAL_TAG_PREFIX}warm-up`, stdin: false }, { timeoutMs: 15_000 })) {
+    for await (const _ of client.start({ process: { cmd: "/bin/true", args: [] }, tag: internalTag(target.sandboxId, "warm-up"), stdin: false }, { timeoutMs: 15_000 })) {
       // drain: start, end
     }
   } catch (err) {

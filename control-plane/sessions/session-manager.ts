@@ -389,7 +389,7 @@ export class SessionManager {
     if (!s.rec.running || s.rec.pid === undefined) return;
     s.killRequested = true;
     if (!s.attached) this.attach(s, undefined, true);
-    await killProcessTree(this.o.rpc.client(Process, target), s.rec.pid);
+    await killProcessTree(this.o.rpc.client(Process, target), target.sandboxId, s.rec.pid);
     const deadline = Date.now() + waitMs;
     while (s.rec.running && Date.now() < deadline) await s.waitForChange(deadline - Date.now());
   }

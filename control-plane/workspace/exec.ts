@@ -1,6 +1,6 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { Process, Signal } from "../../gen/ts/process/process_pb.js";
-import { INTERNAL_TAG_PREFIX } from "../events/envd-activity.js";
+import { internalTag } from "../events/envd-activity.js";
 
 export interface ExecRequest {
   /** Run through `/bin/bash -l -c`, as E2B's commands.run does. */
@@ -11,6 +11,8 @@ export interface ExecRequest {
   /** Bytes of stdout and of stderr kept each; the rest is counted, not kept. */
   maxOutputBytes: number;
   tag: string;
+  /** The sandbox it runs in (the kill on a timeout is tagged for it). */
+  sandboxId: string;
 }
 
 export interface ExecOutcome {
@@ -72,11 +74,11 @@ true`;
  * then the leader through envd, so that a command that left children
  * behind ends too, not only its shell.
  */
-export async function killProcessTree(client: Client<typeof Process>, pid: number): Promise<void> {
+export async function killProcessTree(client: Client<typeof Process>, sandboxId: string, pid: number): Promise<void> {
   try {
     for await (const _ of client.start({
       process: { cmd: "/bin/sh", args: ["-c", KILL_TREE, "locale2b-kill", String(pid)] },
-      tag: `${INTERNAL_TAG_PREFIX}kill-${pid}`,
+      tag: internalTag(sandboxId, `kill-${pid}`),
       stdin: false,
     })) {
       // drain
@@ -105,7 +107,7 @@ export async function execBlocking(client: Client<typeof Process>, req: ExecRequ
   let killing: Promise<void> | undefined;
   const kill = () => {
     if (!pid || killing) return;
-    killing = killProcessTree(client, pid);
+    killing = killProcessTree(client, req.sandboxId, pid);
   };
   const timer = setTimeout(() => {
     timedOut = true;

@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { mkdirSync, readlinkSync } from "node:fs";
 import type { Logger } from "pino";
 import { Process } from "../../gen/ts/process/process_pb.js";
-import { INTERNAL_TAG_PREFIX } from "../events/envd-activity.js";
+import { internalTag } from "../events/envd-activity.js";
 import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 
 /** Every sandbox's working directory for the workspace API, owned by the sandbox's user. */
@@ -45,7 +45,7 @@ async function runScript(rpc: EnvdRpc, target: EnvdTarget, user: string, args: s
   let code = -1;
   let stderr = "";
   for await (const res of client.start(
-    { process: { cmd: "/bin/sh", args: ["-c", SCRIPT, "locale2b-workspace", ...args] }, tag: `${INTERNAL_TAG_PREFIX}workspace`, stdin: false },
+    { process: { cmd: "/bin/sh", args: ["-c", SCRIPT, "locale2b-workspace", ...args] }, tag: internalTag(target.sandboxId, "workspace"), stdin: false },
     { timeoutMs: 15_000 },
   )) {
     const e = res.event?.event;

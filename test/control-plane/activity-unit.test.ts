@@ -10,7 +10,7 @@ import { AuditLog } from "../../control-plane/audit/audit-log.js";
 import { AuditClaims } from "../../control-plane/audit/claims.js";
 import { REDACTED, Redactor, SECRET_ENV_METADATA, secretEnvNames } from "../../control-plane/audit/redact.js";
 import { EventBus } from "../../control-plane/events/bus.js";
-import { ActivityTranslator, commandOf } from "../../control-plane/events/envd-activity.js";
+import { ActivityTranslator, commandOf, controlTags, internalTag } from "../../control-plane/events/envd-activity.js";
 import { EventLog } from "../../control-plane/events/event-log.js";
 import { eventFilter, matchesEvent, parseEventTypes } from "../../control-plane/events/filter.js";
 import type { SandboxRecord } from "../../control-plane/manager/types.js";
@@ -136,8 +136,9 @@ describe("EventBus", () => {
   });
 });
 
+const ev = (seq: number, event: unknown) => create(ActivityEventSchema, { seq: BigInt(seq), time: { seconds: 1_700_000_000n, nanos: 0 }, event: event as never });
+
 describe("ActivityTranslator", () => {
-  const ev = (seq: number, event: unknown) => create(ActivityEventSchema, { seq: BigInt(seq), time: { seconds: 1_700_000_000n, nanos: 0 }, event: event as never });
 
   it("names a shell's -c script as the command, carries the session id, and ends with the command it started", () => {
     expect(commandOf("/bin/bash", ["-l", "-c", "echo hi"])).toBe("echo hi");
@@ -150,8 +151,33 @@ describe("ActivityTranslator", () => {
     const ok = t.translate(ev(3, { case: "processEnded", value: { pid: 8, exitCode: 0, exited: true, status: "exit status 0", durationMs: 1n } }));
     expect(ok).toMatchObject({ event_type: "exec.completed", exit_code: 0 });
     expect(ok).not.toHaveProperty("error");
-    expect(t.translate(ev(4, { case: "processStarted", value: { pid: 9, cmd: "/bin/sh", args: [], cwd: "/", user: "root", tag: "l2b-internal-x", pty: false } }))).toBeUndefined();
+    // The control plane's own processes carry a tag it issued: no events, for their start or their end.
+    const own = internalTag("sbx", "x");
+    expect(t.translate(ev(4, { case: "processStarted", value: { pid: 9, cmd: "/bin/sh", args: [], cwd: "/", user: "root", tag: own, pty: false } }))).toBeUndefined();
+    expect(t.translate(ev(6, { case: "processEnded", value: { pid: 9, tag: own, exitCode: 0, exited: true, status: "exit status 0", durationMs: 1n } }))).toBeUndefined();
     expect(t.translate(ev(5, { case: "fileWritten", value: { path: "/workspace/a", bytes: 5n, user: "user" } }))).toMatchObject({ event_type: "file.written", path: "/workspace/a", bytes: 5 });
+  });
+});
+
+describe("control-plane tags cannot be forged from inside a sandbox", () => {
+  it("a process that names itself internal, or reuses an issued tag, is an ordinary command: evented, with no exec id", () => {
+    const t = new ActivityTranslator("sbx", (s) => s);
+    const start = (seq: number, pid: number, tag: string) =>
+      t.translate(ev(seq, { case: "processStarted", value: { pid, cmd: "/bin/sh", args: ["-c", "rm -rf /data"], cwd: "/", user: "root", tag, pty: false } }));
+    // Made up: never issued.
+    expect(start(1, 10, "l2b-internal-workspace")).toMatchObject({ event_type: "exec.started", command: "rm -rf /data" });
+    expect(start(2, 11, "l2b-exec-abc")).not.toHaveProperty("exec_id");
+    // Copied from `commands.list()` after the control plane's own process used it: used up.
+    const own = internalTag("sbx", "workspace");
+    expect(start(3, 12, own)).toBeUndefined();
+    expect(start(4, 13, own)).toMatchObject({ event_type: "exec.started" });
+    const exec = controlTags.issue("sbx", "l2b-exec-def");
+    expect(start(5, 14, exec)).toMatchObject({ exec_id: "def" });
+    expect(start(6, 15, exec)).not.toHaveProperty("exec_id");
+    // Issued for another sandbox: not this one's.
+    expect(start(7, 16, internalTag("other", "x"))).toMatchObject({ event_type: "exec.started" });
+    // The end of a forged internal process is an event too.
+    expect(t.translate(ev(8, { case: "processEnded", value: { pid: 10, tag: "l2b-internal-workspace", exitCode: 0, exited: true, status: "exit status 0", durationMs: 1n } }))).toMatchObject({ event_type: "exec.completed" });
   });
 });
 

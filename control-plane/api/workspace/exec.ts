@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { Process } from "../../../gen/ts/process/process_pb.js";
-import { capCommand, EXEC_TAG_PREFIX } from "../../events/envd-activity.js";
+import { capCommand, controlTags, EXEC_TAG_PREFIX } from "../../events/envd-activity.js";
 import { ControlPlaneError } from "../../manager/types.js";
 import { execBlocking } from "../../workspace/exec.js";
 import { WORKSPACE_DIR } from "../../workspace/workspace-dir.js";
@@ -63,12 +63,12 @@ export async function exec(ctx: WsContext): Promise<void> {
   const { sandbox, target } = await deps.workspaces.target(params.id!);
   deps.redactor.add(sandbox.id, Object.values(x.secretEnv));
   const execId = randomBytes(6).toString("hex");
-  const tag = `${EXEC_TAG_PREFIX}${execId}`;
+  const tag = controlTags.issue(sandbox.id, `${EXEC_TAG_PREFIX}${execId}`);
   audit.details = { exec_id: execId, command: capCommand(x.command), working_dir: x.cwd, timeout_seconds: timeoutS, env: Object.keys(x.env), secret_env: Object.keys(x.secretEnv) };
   const client = deps.rpc.client(Process, target);
   const out = await execBlocking(
     client,
-    { command: x.command, cwd: x.cwd, env: { ...x.env, ...x.secretEnv }, timeoutMs: timeoutS * 1000, maxOutputBytes: maxOutput, tag },
+    { command: x.command, cwd: x.cwd, env: { ...x.env, ...x.secretEnv }, timeoutMs: timeoutS * 1000, maxOutputBytes: maxOutput, tag, sandboxId: sandbox.id },
     signal,
   ).catch((err: unknown) => cwdError(err, x));
   if (out.timedOut) deps.watchers.noteEndReason(tag, `timed out after ${timeoutS} s: killed`);
