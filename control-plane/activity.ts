@@ -8,6 +8,7 @@ import { AuditLog } from "./audit/audit-log.js";
 import { AuditClaims } from "./audit/claims.js";
 import { Redactor } from "./audit/redact.js";
 import { EventBus, SUBSCRIBER_QUEUE_LIMIT } from "./events/bus.js";
+import { NetworkWatch } from "./events/network-watch.js";
 import { EnvdActivityWatchers } from "./events/envd-watchers.js";
 import { EventLog } from "./events/event-log.js";
 import { lifecycleToEvent } from "./events/lifecycle.js";
@@ -117,8 +118,11 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
   });
   const offAudit = auditActivity({ audit, claims, bus, lifecycle: manager.events, sessionActor: (s, id) => sessions.keyOf(s, id) });
   const history = new MetricsHistory({ manager, rpc, db, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
-  if (settings.watchSandboxes) watchers.start();
-  else log.warn("sandbox activity is not watched (--no-sandbox-activity): no exec.* / file.* events or audit entries for what runs inside sandboxes");
+  const network = new NetworkWatch({ bus, manager, log });
+  if (settings.watchSandboxes) {
+    watchers.start();
+    network.start();
+  } else log.warn("sandbox activity is not watched (--no-sandbox-activity): no exec.* / file.* events or audit entries for what runs inside sandboxes");
   sessions.start();
   history.start();
   const prune = () => {
@@ -165,6 +169,7 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
       offAudit();
       history.close();
       sessions.close();
+      network.close();
       await watchers.close();
       db.close();
     },

@@ -13,6 +13,7 @@ export const EVENT_TYPES = [
   "exec.failed",
   "file.read",
   "file.written",
+  "network.request",
 ] as const;
 
 export type EventType = (typeof EVENT_TYPES)[number];
@@ -42,6 +43,10 @@ export interface SandboxEvent {
   /** file.*: the absolute path in the sandbox. */
   path?: string;
   bytes?: number;
+  /** network.request: "tcp", "udp" or "icmp", and the address and port the sandbox dialed. */
+  protocol?: string;
+  destination?: string;
+  port?: number;
   /** sandbox.created: the template. */
   template?: string;
   /** sandbox.destroyed / sandbox.paused: why (killed, timeout, died: …). */

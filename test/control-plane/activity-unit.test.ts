@@ -11,6 +11,7 @@ import { AuditClaims } from "../../control-plane/audit/claims.js";
 import { REDACTED, Redactor, SECRET_ENV_METADATA, secretEnvNames } from "../../control-plane/audit/redact.js";
 import { EventBus } from "../../control-plane/events/bus.js";
 import { ActivityTranslator, commandOf, controlTags, internalTag } from "../../control-plane/events/envd-activity.js";
+import { parseConntrackLine } from "../../control-plane/events/network-watch.js";
 import { EventLog } from "../../control-plane/events/event-log.js";
 import { eventFilter, matchesEvent, parseEventTypes } from "../../control-plane/events/filter.js";
 import type { SandboxRecord } from "../../control-plane/manager/types.js";
@@ -178,6 +179,26 @@ describe("control-plane tags cannot be forged from inside a sandbox", () => {
     expect(start(7, 16, internalTag("other", "x"))).toMatchObject({ event_type: "exec.started" });
     // The end of a forged internal process is an event too.
     expect(t.translate(ev(8, { case: "processEnded", value: { pid: 10, tag: "l2b-internal-workspace", exitCode: 0, exited: true, status: "exit status 0", durationMs: 1n } }))).toMatchObject({ event_type: "exec.completed" });
+  });
+});
+
+describe("network.request: conntrack's new flows", () => {
+  it("reads the original direction's protocol, destination and port; other lines are not flows", () => {
+    expect(parseConntrackLine("    [NEW] tcp      6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] src=203.0.113.80 dst=192.0.2.2 sport=443 dport=48934")).toEqual({
+      protocol: "tcp",
+      source: "10.201.0.2",
+      destination: "203.0.113.80",
+      port: 443,
+    });
+    expect(parseConntrackLine(" [NEW] udp      17 30 src=10.201.0.6 dst=1.1.1.1 sport=37910 dport=53 [UNREPLIED] src=1.1.1.1 dst=192.0.2.2 sport=53 dport=37910")).toMatchObject({ protocol: "udp", port: 53 });
+    expect(parseConntrackLine(" [NEW] icmp     1 30 src=10.201.0.2 dst=203.0.113.9 type=8 code=0 id=7 [UNREPLIED] src=203.0.113.9 dst=10.201.0.2 type=0 code=0 id=7")).toEqual({
+      protocol: "icmp",
+      source: "10.201.0.2",
+      destination: "203.0.113.9",
+      port: undefined,
+    });
+    expect(parseConntrackLine("conntrack v1.4.7 (conntrack-tools): 3 flow events have been shown.")).toBeUndefined();
+    expect(parseConntrackLine(" [DESTROY] tcp 6 src=10.201.0.2 dst=203.0.113.80 sport=1 dport=2")).toBeUndefined();
   });
 });
 

@@ -12,6 +12,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SandboxEvent } from "../../control-plane/events/types.js";
+import { findExecutable } from "../../control-plane/host/checks.js";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain } from "../helpers/egress.js";
@@ -69,6 +71,28 @@ describe.skipIf(missing !== undefined)(`egress policies on the process runtime${
     const s = await create();
     expect(await reach(s, hostAddr!)).toBe("host-ok");
     expect(await reach(s, otherAddr)).toBe("host-ok");
+  });
+
+  it.skipIf(!findExecutable("conntrack"))("each connection a sandbox opens is a network.request event (protocol, destination, port); a refused one is not [needs conntrack: scripts/setup-host installs it]", async () => {
+    const seen: SandboxEvent[] = [];
+    const off = cp.activity.bus.on((e: SandboxEvent) => {
+      if (e.event_type === "network.request") seen.push(e);
+    });
+    try {
+      const s = await create({ denyOut: [`${otherAddr}/32`] });
+      expect(await reach(s, hostAddr!)).toBe("host-ok");
+      expect(await reach(s, otherAddr)).toMatch(/^refused/);
+      const mine = () => seen.filter((e) => e.sandbox_id === s.sandboxId);
+      for (let i = 0; i < 200 && !mine().some((e) => e.destination === hostAddr); i++) await new Promise((r) => setTimeout(r, 25));
+      expect(mine().find((e) => e.destination === hostAddr)).toMatchObject({ protocol: "tcp", port });
+      expect(mine().some((e) => e.destination === otherAddr)).toBe(false);
+      // And through the workspace API's event log, filtered by type.
+      const res = await fetch(`${cp.workspaceUrl}/events?sandbox_id=${s.sandboxId}&event_type=network.request`, { headers: { "x-api-key": cp.apiKey } });
+      const logged = ((await res.json()) as { events: SandboxEvent[] }).events;
+      expect(logged.some((e) => e.destination === hostAddr && e.port === port)).toBe(true);
+    } finally {
+      off();
+    }
   });
 
   it("denyOut refuses exactly the listed destinations, at once (no hang)", async () => {

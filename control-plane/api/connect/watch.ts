@@ -90,11 +90,12 @@ const TYPES: Record<EventType, SandboxEventType> = {
   "exec.failed": SandboxEventType.EXEC_FAILED,
   "file.read": SandboxEventType.FILE_READ,
   "file.written": SandboxEventType.FILE_WRITTEN,
+  "network.request": SandboxEventType.NETWORK_REQUEST,
 };
 
 /** An event of the event bus (any API's) as a WatchSandboxEvents message. */
 export function busEventToProto(e: SandboxEvent, sandbox: SandboxRecord | undefined): Out {
-  const activity = e.event_type.startsWith("exec.") || e.event_type.startsWith("file.");
+  const activity = e.event_type.startsWith("exec.") || e.event_type.startsWith("file.") || e.event_type === "network.request";
   return {
     type: TYPES[e.event_type],
     ...(!activity && sandbox ? { sandbox: sandboxToProto(sandbox) } : {}),
@@ -115,6 +116,9 @@ export function busEventToProto(e: SandboxEvent, sandbox: SandboxRecord | undefi
             error: e.error ?? "",
             cwd: e.cwd ?? "",
             user: e.user ?? "",
+            protocol: e.protocol ?? "",
+            destination: e.destination ?? "",
+            port: e.port ?? 0,
           },
         }
       : {}),

@@ -163,6 +163,9 @@ const (
 	SandboxEventType_SANDBOX_EVENT_TYPE_EXEC_FAILED    SandboxEventType = 9
 	SandboxEventType_SANDBOX_EVENT_TYPE_FILE_READ      SandboxEventType = 10
 	SandboxEventType_SANDBOX_EVENT_TYPE_FILE_WRITTEN   SandboxEventType = 11
+	// A connection a sandbox opened to the outside (it went through the
+	// sandbox's rules): `activity` has protocol, destination and port.
+	SandboxEventType_SANDBOX_EVENT_TYPE_NETWORK_REQUEST SandboxEventType = 12
 )
 
 // Enum value maps for SandboxEventType.
@@ -180,20 +183,22 @@ var (
 		9:  "SANDBOX_EVENT_TYPE_EXEC_FAILED",
 		10: "SANDBOX_EVENT_TYPE_FILE_READ",
 		11: "SANDBOX_EVENT_TYPE_FILE_WRITTEN",
+		12: "SANDBOX_EVENT_TYPE_NETWORK_REQUEST",
 	}
 	SandboxEventType_value = map[string]int32{
-		"SANDBOX_EVENT_TYPE_UNSPECIFIED":    0,
-		"SANDBOX_EVENT_TYPE_CREATED":        1,
-		"SANDBOX_EVENT_TYPE_PAUSED":         2,
-		"SANDBOX_EVENT_TYPE_RESUMED":        3,
-		"SANDBOX_EVENT_TYPE_KILLED":         4,
-		"SANDBOX_EVENT_TYPE_TIMED_OUT":      5,
-		"SANDBOX_EVENT_TYPE_SUBSCRIBED":     6,
-		"SANDBOX_EVENT_TYPE_EXEC_STARTED":   7,
-		"SANDBOX_EVENT_TYPE_EXEC_COMPLETED": 8,
-		"SANDBOX_EVENT_TYPE_EXEC_FAILED":    9,
-		"SANDBOX_EVENT_TYPE_FILE_READ":      10,
-		"SANDBOX_EVENT_TYPE_FILE_WRITTEN":   11,
+		"SANDBOX_EVENT_TYPE_UNSPECIFIED":     0,
+		"SANDBOX_EVENT_TYPE_CREATED":         1,
+		"SANDBOX_EVENT_TYPE_PAUSED":          2,
+		"SANDBOX_EVENT_TYPE_RESUMED":         3,
+		"SANDBOX_EVENT_TYPE_KILLED":          4,
+		"SANDBOX_EVENT_TYPE_TIMED_OUT":       5,
+		"SANDBOX_EVENT_TYPE_SUBSCRIBED":      6,
+		"SANDBOX_EVENT_TYPE_EXEC_STARTED":    7,
+		"SANDBOX_EVENT_TYPE_EXEC_COMPLETED":  8,
+		"SANDBOX_EVENT_TYPE_EXEC_FAILED":     9,
+		"SANDBOX_EVENT_TYPE_FILE_READ":       10,
+		"SANDBOX_EVENT_TYPE_FILE_WRITTEN":    11,
+		"SANDBOX_EVENT_TYPE_NETWORK_REQUEST": 12,
 	}
 )
 
@@ -1312,15 +1317,19 @@ type SandboxActivity struct {
 	// The workspace API's background session, when the command is one.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The command line (for a shell's `-c`, the script it was given).
-	Command       string  `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
-	Pid           uint32  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
-	ExitCode      *int32  `protobuf:"zigzag32,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	DurationMs    *uint64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3,oneof" json:"duration_ms,omitempty"`
-	Path          string  `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
-	Bytes         *uint64 `protobuf:"varint,7,opt,name=bytes,proto3,oneof" json:"bytes,omitempty"`
-	Error         string  `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	Cwd           string  `protobuf:"bytes,9,opt,name=cwd,proto3" json:"cwd,omitempty"`
-	User          string  `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	Command    string  `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Pid        uint32  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	ExitCode   *int32  `protobuf:"zigzag32,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	DurationMs *uint64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3,oneof" json:"duration_ms,omitempty"`
+	Path       string  `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	Bytes      *uint64 `protobuf:"varint,7,opt,name=bytes,proto3,oneof" json:"bytes,omitempty"`
+	Error      string  `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	Cwd        string  `protobuf:"bytes,9,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	User       string  `protobuf:"bytes,10,opt,name=user,proto3" json:"user,omitempty"`
+	// network.request: "tcp", "udp" or "icmp", the address and port dialed.
+	Protocol      string `protobuf:"bytes,11,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Destination   string `protobuf:"bytes,12,opt,name=destination,proto3" json:"destination,omitempty"`
+	Port          uint32 `protobuf:"varint,13,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1423,6 +1432,27 @@ func (x *SandboxActivity) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *SandboxActivity) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *SandboxActivity) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
 }
 
 var File_locale2b_controlplane_v1_sandbox_proto protoreflect.FileDescriptor
@@ -1543,7 +1573,7 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x05 \x01(\tR\tsandboxId\x12E\n" +
 	"\bactivity\x18\x06 \x01(\v2).locale2b.controlplane.v1.SandboxActivityR\bactivity\x12\x0e\n" +
-	"\x02id\x18\a \x01(\x04R\x02id\"\xb7\x02\n" +
+	"\x02id\x18\a \x01(\x04R\x02id\"\x89\x03\n" +
 	"\x0fSandboxActivity\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x18\n" +
@@ -1557,7 +1587,10 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x05error\x18\b \x01(\tR\x05error\x12\x10\n" +
 	"\x03cwd\x18\t \x01(\tR\x03cwd\x12\x12\n" +
 	"\x04user\x18\n" +
-	" \x01(\tR\x04userB\f\n" +
+	" \x01(\tR\x04user\x12\x1a\n" +
+	"\bprotocol\x18\v \x01(\tR\bprotocol\x12 \n" +
+	"\vdestination\x18\f \x01(\tR\vdestination\x12\x12\n" +
+	"\x04port\x18\r \x01(\rR\x04portB\f\n" +
 	"\n" +
 	"_exit_codeB\x0e\n" +
 	"\f_duration_msB\b\n" +
@@ -1573,7 +1606,7 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\rTimeoutAction\x12\x1e\n" +
 	"\x1aTIMEOUT_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TIMEOUT_ACTION_KILL\x10\x01\x12\x18\n" +
-	"\x14TIMEOUT_ACTION_PAUSE\x10\x02*\xb0\x03\n" +
+	"\x14TIMEOUT_ACTION_PAUSE\x10\x02*\xd8\x03\n" +
 	"\x10SandboxEventType\x12\"\n" +
 	"\x1eSANDBOX_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSANDBOX_EVENT_TYPE_CREATED\x10\x01\x12\x1d\n" +
@@ -1587,7 +1620,8 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x1eSANDBOX_EVENT_TYPE_EXEC_FAILED\x10\t\x12 \n" +
 	"\x1cSANDBOX_EVENT_TYPE_FILE_READ\x10\n" +
 	"\x12#\n" +
-	"\x1fSANDBOX_EVENT_TYPE_FILE_WRITTEN\x10\v2\xac\a\n" +
+	"\x1fSANDBOX_EVENT_TYPE_FILE_WRITTEN\x10\v\x12&\n" +
+	"\"SANDBOX_EVENT_TYPE_NETWORK_REQUEST\x10\f2\xac\a\n" +
 	"\x0eSandboxService\x12p\n" +
 	"\rCreateSandbox\x12..locale2b.controlplane.v1.CreateSandboxRequest\x1a/.locale2b.controlplane.v1.CreateSandboxResponse\x12g\n" +
 	"\n" +
