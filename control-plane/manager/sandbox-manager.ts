@@ -174,14 +174,16 @@ export class SandboxManager {
       throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with 'locale2b template build <name>')`);
     }
     const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
-    const runtime = await this.runtimes.forTemplate(templateId).catch((err: Error) => {
+    const from = input.fromSnapshot;
+    const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(templateId)).catch((err: Error) => {
       throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
     });
+    if (from && !runtime.createFromSnapshot) throw new ControlPlaneError("invalid", `the ${runtime.name} runtime cannot start sandboxes from snapshots`);
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
     const shape = { templateId, cpuCount, memoryMB, diskSizeMB: this.o.defaults.diskSizeMB };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
-    if (!egress && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
+    if (!egress && !from && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = this.warm.take();
       if (warm && warm.runtime === runtime) {
         const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
@@ -201,17 +203,10 @@ export class SandboxManager {
     return this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress));
   }
 
-  private createNew(
-    input: CreateSandboxInput,
-    runtime: Runtime,
-    shape: WarmShape,
-    timeout: number,
-    egress: Awaited<ReturnType<typeof egressFor>>,
-  ): Promise<SandboxRecord> {
-    const memoryMB = shape.memoryMB;
+  private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>): Promise<SandboxRecord> {
     const id = newSandboxId();
     return this.locks.run(id, async () => {
-      checkCapacity(this.o.store, this.o.limits, memoryMB);
+      checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
       const now = Date.now();
       let rec = this.save(newRecord(this.o.seed, id, input, shape, timeout, runtime.name));
       const log = this.o.log.child({ sandboxId: id });
@@ -219,7 +214,8 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log });
+        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
+        inst = await (input.fromSnapshot ? runtime.createFromSnapshot!(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
@@ -310,6 +306,15 @@ export class SandboxManager {
     return this.instances.require(rec.id);
   }
 
+  /** Runs `fn` on a running or paused sandbox's record and instance, under its lock (snapshots). */
+  withInstance<T>(id: string, fn: (rec: SandboxRecord, inst: Instance) => Promise<T>): Promise<T> {
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      if (rec.state !== "running" && rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is ${rec.state}`);
+      return fn(rec, this.instance(rec));
+    });
+  }
+
   /**
    * E2B connect: a running sandbox gets its timeout extended (never
    * shortened); a paused one is resumed with a fresh timeout.
@@ -390,10 +395,7 @@ export class SandboxManager {
   /** POST /refreshes: extends only. */
   async refresh(id: string, seconds: number): Promise<SandboxRecord> {
     const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => {
-      const rec = this.get(id);
-      return this.save({ ...rec, endAt: Math.max(rec.endAt, Date.now() + timeout * 1000) });
-    });
+    return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Math.max(this.get(id).endAt, Date.now() + timeout * 1000) }));
   }
 
   /**
@@ -427,8 +429,7 @@ export class SandboxManager {
   }
 
   async logs(id: string): Promise<{ timestamp: number; line: string }[]> {
-    const rec = this.get(id);
-    return (await this.instances.get(rec.id)?.logs?.()) ?? [];
+    return (await this.instances.get(this.get(id).id)?.logs?.()) ?? [];
   }
 
   private async reap(): Promise<void> {

@@ -1,3 +1,5 @@
+import type { SnapshotSource } from "../runtimes/runtime.js";
+
 /**
  * The control plane's domain: a sandbox record as the store keeps it and the
  * manager hands it to the API surfaces (REST, Connect, proxy, CLI).
@@ -58,6 +60,8 @@ export interface CreateSandboxInput {
   network?: unknown;
   cpuCount?: number;
   memoryMB?: number;
+  /** Start on a snapshot's files (its runtime's createFromSnapshot) instead of the template's fresh ones. */
+  fromSnapshot?: SnapshotSource;
 }
 
 export interface ListFilter {
