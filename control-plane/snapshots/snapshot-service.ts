@@ -85,9 +85,9 @@ export class SnapshotService {
   }
 
   /** Captures a sandbox's state into a new build directory (the instance says which kinds it can take). */
-  private capture(sandboxId: string, prefix: string): Promise<{ rec: SandboxRecord; build: string; kind: SnapshotKind; sizeBytes: number }> {
+  private capture(sandboxId: string, prefix: string, memory?: boolean): Promise<{ rec: SandboxRecord; build: string; kind: SnapshotKind; sizeBytes: number }> {
     return this.o.manager.withInstance(sandboxId, async (rec, inst) => {
-      const kind = chooseKind(rec, inst);
+      const kind = chooseKind(rec, inst, memory);
       const build = `${prefix}${randomId(16)}`;
       const tmp = this.dir(`.tmp-${build}`);
       const t0 = Date.now();
@@ -106,15 +106,15 @@ export class SnapshotService {
     });
   }
 
-  /** POST /sandboxes/{id}/snapshots: a snapshot, named or not; a name that exists gets this new build. */
-  async create(sandboxId: string, name?: string): Promise<SnapshotRecord> {
+  /** POST /sandboxes/{id}/snapshots: a snapshot, named or not; a name that exists gets this new build. `memory`: see chooseKind. */
+  async create(sandboxId: string, name?: string, memory?: boolean): Promise<SnapshotRecord> {
     const ref = name === undefined ? undefined : parseRef(name);
     if (name !== undefined) {
       const problem = nameProblem(ref, name);
       if (problem) throw new ControlPlaneError("invalid", problem);
       if (this.o.templates.has(ref!.base)) throw new ControlPlaneError("invalid", `invalid snapshot name '${name}': a template is named '${ref!.base}'`);
     }
-    const { rec, build, kind, sizeBytes } = await this.capture(sandboxId, "");
+    const { rec, build, kind, sizeBytes } = await this.capture(sandboxId, "", memory);
     // Names are claimed one at a time: two snapshots under one new name share its id.
     const next = this.naming.then(() => {
       const tag = ref?.tag ?? DEFAULT_TAG;
@@ -230,16 +230,28 @@ function forkInput(parent: SandboxRecord, timeout: number, fromSnapshot: Snapsho
   };
 }
 
-/** A memory snapshot where the instance can take one, else filesystem-only; `invalid` when it can take none. */
-function chooseKind(rec: SandboxRecord, inst: Instance): SnapshotKind {
-  const kinds = inst.snapshotKinds?.() ?? [];
-  if (!inst.snapshot || kinds.length === 0) {
+/**
+ * The kind a request gets: `memory` true asks for memory, false for
+ * filesystem-only, absent for the best the instance can take (memory, else
+ * filesystem). Never a silent downgrade: asking for what it cannot take, or
+ * an instance that can take none, is `invalid`.
+ */
+function chooseKind(rec: SandboxRecord, inst: Instance, memory: boolean | undefined): SnapshotKind {
+  const kinds = inst.snapshot ? (inst.snapshotKinds?.() ?? []) : [];
+  if (kinds.length === 0) {
     throw new ControlPlaneError(
       "invalid",
       `sandbox '${rec.id}' runs on the ${rec.runtime} runtime, which cannot take snapshots here (filesystem snapshots need the process runtime as root, or qemu)`,
     );
   }
-  return kinds.includes("memory") ? "memory" : "filesystem";
+  const kind: SnapshotKind = memory === false ? "filesystem" : memory === true ? "memory" : kinds.includes("memory") ? "memory" : "filesystem";
+  if (!kinds.includes(kind)) {
+    throw new ControlPlaneError(
+      "invalid",
+      `sandbox '${rec.id}' runs on the ${rec.runtime} runtime, which cannot take ${kind} snapshots (it takes: ${kinds.join(", ")}): ask for memory: false (Python SDK: mode="filesystem")`,
+    );
+  }
+  return kind;
 }
 
 /** Bytes a directory's files take on disk (sparse images count only what they hold). */

@@ -24,9 +24,9 @@ let server: Served | undefined;
 
 afterAll(async () => {
   if (server) {
-    for (const s of await Sandbox.list({ apiKey, apiUrl: server.url }).nextItems().catch(() => [])) {
-      await Sandbox.kill(s.sandboxId, { apiKey, apiUrl: server.url }).catch(() => false);
-    }
+    const restore = sdkEnv(server.url);
+    for (const s of await Sandbox.list().nextItems().catch(() => [])) await Sandbox.kill(s.sandboxId).catch(() => false);
+    restore();
     await server.stop();
   }
   rmSync(dataDir, { recursive: true, force: true });

@@ -21,8 +21,10 @@ function service(deps: ApiDeps): SnapshotService {
 }
 
 async function createSnapshot({ req, res, params, deps }: RestContext): Promise<void> {
-  const name = new Fields(await readJsonObject(req)).string("name");
-  const snap = await service(deps).create(params.sandboxID!, name === "" ? undefined : name);
+  const f = new Fields(await readJsonObject(req));
+  const name = f.string("name");
+  // `memory` (newer SDKs: Python's mode="filesystem" sends false): the kind asked for; absent, the best the runtime takes.
+  const snap = await service(deps).create(params.sandboxID!, name === "" ? undefined : name, f.bool("memory"));
   sendJson(res, 201, toSnapshotInfo(snap));
 }
 
