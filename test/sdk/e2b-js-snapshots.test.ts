@@ -6,7 +6,7 @@
 // Every REST answer is checked against E2B's OpenAPI spec. Needs root.
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { NotFoundError, Sandbox, SandboxNotFoundError, type SnapshotInfo } from "e2b";
+import { Sandbox, SandboxNotFoundError, type SnapshotInfo } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
@@ -273,6 +273,5 @@ describe.skipIf(skip !== undefined)(`bad input gets the right status${skip ? ` (
     // Nothing half-made was left behind.
     expect(await allSnapshots({ sandboxId: src.sandboxId })).toEqual([]);
     expect(readdirSync(join(cp.dataDir, "snapshots"))).toEqual([]);
-    expect(NotFoundError).toBeDefined();
   });
 });

@@ -4,7 +4,7 @@
 import { ControlPlaneError } from "../../manager/types.js";
 import { toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
-import type { SnapshotRecord } from "../../snapshots/types.js";
+import { pageSnapshots } from "../../snapshots/paging.js";
 import type { ApiDeps } from "../deps.js";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, httpErrorFrom, sendJson, sendNoContent } from "./errors.js";
@@ -35,40 +35,11 @@ function parseLimit(raw: string | null): number {
   return n;
 }
 
-/** Opaque page cursor: the sort key of the last snapshot handed out. */
-function encodeToken(s: SnapshotRecord): string {
-  return Buffer.from(JSON.stringify([s.createdAt, s.id, s.tag])).toString("base64url");
-}
-
-function decodeToken(token: string): [number, string, string] {
-  try {
-    const v = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as unknown;
-    if (Array.isArray(v) && v.length === 3 && typeof v[0] === "number" && typeof v[1] === "string" && typeof v[2] === "string") {
-      return v as [number, string, string];
-    }
-  } catch {
-    // below
-  }
-  throw new HttpError(400, `invalid nextToken '${token}'`);
-}
-
-/** Newest first: createdAt, then id, then tag, all descending (the store's order). */
-function after(s: SnapshotRecord, [createdAt, id, tag]: [number, string, string]): boolean {
-  if (s.createdAt !== createdAt) return s.createdAt < createdAt;
-  if (s.id !== id) return s.id < id;
-  return s.tag < tag;
-}
-
 async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {
   const limit = parseLimit(query.get("limit"));
-  const token = query.get("nextToken");
-  const cursor = token ? decodeToken(token) : undefined;
   const all = service(deps).list({ sandboxId: query.get("sandboxID") || undefined, name: query.get("name") || undefined });
-  const rest = cursor ? all.filter((s) => after(s, cursor)) : all;
-  const page = rest.slice(0, limit);
-  const headers: Record<string, string> = {};
-  if (rest.length > limit) headers["x-next-token"] = encodeToken(page[page.length - 1]!);
-  sendJson(res, 200, page.map(toSnapshotInfo), headers);
+  const { items, next } = pageSnapshots(all, limit, query.get("nextToken") || undefined);
+  sendJson(res, 200, items.map(toSnapshotInfo), next ? { "x-next-token": next } : {});
 }
 
 /** DELETE /templates/{id}: the SDKs' deleteSnapshot. Built templates are the CLI's to remove. */
