@@ -8,6 +8,8 @@ import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
+import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
+import { adoptRecord } from "./adopt.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
@@ -36,10 +38,12 @@ export class SandboxManager {
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
+  private readonly fs: FsPauseDeps;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
+    this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
     if (o.warmPool) {
       this.warm = new WarmPool({
         size: o.warmPool,
@@ -84,9 +88,7 @@ export class SandboxManager {
   }
 
   /** Starts in progress and waiting, and the limits (metrics). */
-  admissionStats(): AdmissionStats {
-    return this.admission.stats();
-  }
+  admissionStats = (): AdmissionStats => this.admission.stats();
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
   get warmCount(): number {
@@ -101,32 +103,11 @@ export class SandboxManager {
     this.o.pool.destroy();
   }
 
-  private async adopt(rec: SandboxRecord): Promise<void> {
-    const log = this.o.log.child({ sandboxId: rec.id });
-    const runtime = await this.runtimes.byName(rec.runtime || this.o.runtime.name).catch((err: unknown) => {
-      log.warn({ err, runtime: rec.runtime }, "the sandbox's runtime cannot start here");
-      return undefined;
-    });
-    const inst = await runtime?.adopt(rec.id, this.dir(rec.id), rec.runtimeData, log).catch((err: unknown) => {
-      log.warn({ err }, "re-adopting sandbox failed");
-      return undefined;
-    });
-    if (!inst) {
-      this.markDead(rec, "died while the control plane was down");
-      return;
-    }
-    this.track(rec.id, inst, runtime!.name);
-    if (rec.state === "creating") {
-      await inst.kill();
-      this.markDead(rec, "creation interrupted by a control-plane restart");
-      return;
-    }
-    if (rec.state === "pausing") await inst.pause();
-    if (rec.state === "resuming") await inst.resume();
-    const state = rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
-    if (state === "paused" && inst.quietVsockWhilePaused) this.o.pool.hold(rec.id);
-    this.save({ ...rec, state });
-    log.info({ state }, "sandbox re-adopted");
+  private adopt(rec: SandboxRecord): Promise<void> {
+    return adoptRecord(
+      { ...this.o, runtimes: this.runtimes, dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
+      rec,
+    );
   }
 
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
@@ -273,14 +254,23 @@ export class SandboxManager {
     return this.o.store.listSandboxes(filter);
   }
 
-  async pause(id: string): Promise<SandboxRecord> {
-    return this.locks.run(id, () => this.pauseLocked(this.get(id)));
+  /** `memory: false`: E2B's filesystem-only pause (fs-pause.ts); otherwise (and by default) in memory. */
+  async pause(id: string, memory?: boolean): Promise<SandboxRecord> {
+    return this.locks.run(id, () => this.pauseLocked(this.get(id), memory));
   }
 
-  private async pauseLocked(rec: SandboxRecord): Promise<SandboxRecord> {
+  private async pauseLocked(rec: SandboxRecord, memory = rec.pauseMemory ?? true): Promise<SandboxRecord> {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
+    if (!memory) {
+      const runtimeData = await pauseToDisk(this.fs, rec, inst, false).catch((err: unknown) => {
+        this.save(rec);
+        throw err;
+      });
+      this.instances.take(rec.id);
+      return this.paused(rec, runtimeData);
+    }
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
     if (inst.quietVsockWhilePaused) {
@@ -296,55 +286,61 @@ export class SandboxManager {
       throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
     }
     // A runtime may change what it needs to re-adopt the instance (Firecracker: the VMM process is gone).
-    const paused = this.save({ ...rec, state: "paused", runtimeData: inst.persisted });
+    return this.paused(rec, inst.persisted);
+  }
+
+  private paused(rec: SandboxRecord, runtimeData: Record<string, unknown>): SandboxRecord {
+    const paused = this.save({ ...rec, state: "paused", runtimeData });
     this.o.log.info({ sandboxId: rec.id }, "sandbox paused");
     this.emit("paused", paused);
     return paused;
   }
 
-  private instance(rec: SandboxRecord): Instance {
-    return this.instances.require(rec.id);
-  }
+  private instance = (rec: SandboxRecord): Instance => this.instances.require(rec.id);
 
   /** Runs `fn` on a running or paused sandbox's record and instance, under its lock (snapshots). */
   withInstance<T>(id: string, fn: (rec: SandboxRecord, inst: Instance) => Promise<T>): Promise<T> {
     return this.locks.run(id, async () => {
       const rec = this.get(id);
-      if (rec.state !== "running" && rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is ${rec.state}`);
+      const why = rec.state !== "running" && rec.state !== "paused" ? rec.state : isPausedToDisk(rec) ? "paused to disk: resume it first" : "";
+      if (why) throw new ControlPlaneError("conflict", `sandbox '${id}' is ${why}`);
       return fn(rec, this.instance(rec));
     });
   }
 
-  /**
-   * E2B connect: a running sandbox gets its timeout extended (never
-   * shortened); a paused one is resumed with a fresh timeout.
-   */
-  async connect(id: string, timeoutSeconds: number): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
+  /** E2B connect: a running sandbox gets its timeout extended (never shortened); a paused one is resumed with a fresh timeout. */
+  async connect(id: string, timeoutSeconds: number, memory?: boolean): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
-      if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout), resumed: true };
+      if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout, memory), resumed: true };
       const endAt = Math.max(rec.endAt, Date.now() + timeout * 1000);
       return { sandbox: this.save({ ...rec, endAt }), resumed: false };
     });
   }
 
   /** The deprecated explicit resume: only for paused sandboxes (409 otherwise). */
-  async resume(id: string, timeoutSeconds: number, autoPause?: boolean): Promise<SandboxRecord> {
+  async resume(id: string, timeoutSeconds: number, autoPause?: boolean, memory?: boolean): Promise<SandboxRecord> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is already running`);
-      const resumed = await this.resumeLocked(rec, timeout);
+      const resumed = await this.resumeLocked(rec, timeout, memory);
       return autoPause === undefined ? resumed : this.save({ ...resumed, onTimeout: autoPause ? "pause" : "kill" });
     });
   }
 
-  private async resumeLocked(rec: SandboxRecord, timeout: number): Promise<SandboxRecord> {
-    const inst = this.instance(rec);
+  /** `memory: false` cold-boots a sandbox paused in memory from its files (E2B's onResume 'reboot'). */
+  private async resumeLocked(rec: SandboxRecord, timeout: number, memory?: boolean): Promise<SandboxRecord> {
+    if (memory === false && !isPausedToDisk(rec)) {
+      rec = this.save({ ...rec, runtimeData: await pauseToDisk(this.fs, rec, this.instance(rec), true) });
+      this.instances.take(rec.id);
+    }
+    let inst = isPausedToDisk(rec) ? undefined : this.instance(rec);
     this.save({ ...rec, state: "resuming" });
     try {
-      await inst.resume();
+      if (inst) await inst.resume();
+      else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
       if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
       this.o.pool.release(rec.id);
       await pushInit(this.o.envd, rec, inst);
@@ -371,6 +367,7 @@ export class SandboxManager {
     await inst?.kill();
     this.o.pool.forget(rec.id);
     rmSync(this.dir(rec.id), { recursive: true, force: true });
+    forgetPausedFiles(this.o.dataDir, rec.id);
     const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
     this.o.log.info({ sandboxId: rec.id, reason }, "sandbox killed");
     this.emit("killed", dead);
@@ -404,7 +401,8 @@ export class SandboxManager {
    */
   async route(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
-    if (rec.state === "paused" && rec.autoResume) {
+    // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
+    if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {
       // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
       const seconds = Math.min(this.o.limits.maxTimeoutSeconds, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)));
       rec = (await this.connect(id, seconds)).sandbox;

@@ -25,6 +25,8 @@ export interface SandboxRecord {
   endAt: number;
   onTimeout: TimeoutAction;
   autoResume: boolean;
+  /** false: the timeout's pause keeps files only (E2B's autoPauseMemory: false). Absent: true. */
+  pauseMemory?: boolean;
   envdVersion: string;
   /** The envd access token (X-Access-Token), pushed to envd through /init. */
   envdAccessToken: string;
@@ -55,6 +57,8 @@ export interface CreateSandboxInput {
   metadata?: Record<string, string>;
   envVars?: Record<string, string>;
   autoPause?: boolean;
+  /** false: a filesystem-only auto-pause. */
+  autoPauseMemory?: boolean;
   autoResume?: boolean;
   allowInternetAccess?: boolean;
   network?: unknown;

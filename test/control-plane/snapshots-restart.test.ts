@@ -72,7 +72,7 @@ describe.skipIf(skip !== undefined)(`snapshots across a control-plane restart${s
 });
 
 describe("a runtime that cannot take snapshots refuses with a clear 400", () => {
-  it("user-namespace sandboxes (no writable layer of their own): snapshot and fork are 400, nothing is left", async () => {
+  it("user-namespace sandboxes (no writable layer of their own): snapshot, fork and a filesystem-only pause are 400, nothing is left", async () => {
     const cp = await startTestControlPlane({ runtime: new ProcessRuntime({ forceMode: "userns" }) });
     const restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
     try {
@@ -91,6 +91,10 @@ describe("a runtime that cannot take snapshots refuses with a clear 400", () => 
       }
       const err = await Sandbox.createSnapshot(sbx.sandboxId).catch((e: Error) => e);
       expect((err as Error).message).toMatch(/cannot take snapshots/);
+      // Nor a filesystem-only pause: refused, never turned into a memory pause.
+      const pause = await sbx.pause({ keepMemory: false }).catch((e: Error) => e);
+      expect((pause as Error).message).toMatch(/cannot pause without memory/);
+      expect((await sbx.getInfo()).state).toBe("running");
       expect(await sbx.isRunning()).toBe(true);
       expect(readdirSync(join(cp.dataDir, "snapshots"))).toEqual([]);
       await sbx.kill();

@@ -99,7 +99,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
 
       pauseSandbox: (req) =>
         call("PauseSandbox", req.sandboxId, async () => {
-          await manager.pause(required(req.sandboxId, "sandbox_id"));
+          await manager.pause(required(req.sandboxId, "sandbox_id"), req.memory);
           return {};
         }),
 
@@ -107,7 +107,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
         call("ResumeSandbox", req.sandboxId, async () => {
           const id = required(req.sandboxId, "sandbox_id");
           const t0 = performance.now();
-          const { sandbox, resumed } = await manager.connect(id, req.timeoutSeconds || DEFAULT_TIMEOUT_SECONDS);
+          const { sandbox, resumed } = await manager.connect(id, req.timeoutSeconds || DEFAULT_TIMEOUT_SECONDS, req.memory);
           if (resumed) metrics.observeResume((performance.now() - t0) / 1000);
           return { sandbox: sandboxToProto(sandbox), resumed };
         }),

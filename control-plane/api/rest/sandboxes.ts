@@ -37,6 +37,7 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
     ...(metadata ? { metadata } : {}),
     ...(envVars ? { envVars } : {}),
     ...(autoPause !== undefined ? { autoPause } : {}),
+    ...(autoPauseMemory !== undefined ? { autoPauseMemory } : {}),
     ...(autoResume !== undefined ? { autoResume } : {}),
     ...(allowInternetAccess !== undefined ? { allowInternetAccess } : {}),
     ...(network ? { network } : {}),

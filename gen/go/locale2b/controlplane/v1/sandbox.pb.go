@@ -782,8 +782,12 @@ func (x *ListSandboxesResponse) GetNextPageToken() string {
 }
 
 type PauseSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// false: pause to disk, files only (E2B's filesystem-only pause; a resume
+	// starts fresh processes); INVALID_ARGUMENT where the runtime cannot.
+	// Unset or true: in memory.
+	Memory        *bool `protobuf:"varint,2,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -823,6 +827,13 @@ func (x *PauseSandboxRequest) GetSandboxId() string {
 		return x.SandboxId
 	}
 	return ""
+}
+
+func (x *PauseSandboxRequest) GetMemory() bool {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return false
 }
 
 type PauseSandboxResponse struct {
@@ -866,8 +877,11 @@ type ResumeSandboxRequest struct {
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// Seconds until the sandbox times out; 0 means the server default (300).
 	TimeoutSeconds uint32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// false: a sandbox paused in memory is cold-booted from its files instead
+	// (E2B's onResume 'reboot').
+	Memory        *bool `protobuf:"varint,3,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeSandboxRequest) Reset() {
@@ -912,6 +926,13 @@ func (x *ResumeSandboxRequest) GetTimeoutSeconds() uint32 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *ResumeSandboxRequest) GetMemory() bool {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return false
 }
 
 type ResumeSandboxResponse struct {
@@ -2113,15 +2134,19 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\x15ListSandboxesResponse\x12?\n" +
 	"\tsandboxes\x18\x01 \x03(\v2!.locale2b.controlplane.v1.SandboxR\tsandboxes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"4\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
 	"\x13PauseSandboxRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x16\n" +
-	"\x14PauseSandboxResponse\"^\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1b\n" +
+	"\x06memory\x18\x02 \x01(\bH\x00R\x06memory\x88\x01\x01B\t\n" +
+	"\a_memory\"\x16\n" +
+	"\x14PauseSandboxResponse\"\x86\x01\n" +
 	"\x14ResumeSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\"n\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\x12\x1b\n" +
+	"\x06memory\x18\x03 \x01(\bH\x00R\x06memory\x88\x01\x01B\t\n" +
+	"\a_memory\"n\n" +
 	"\x15ResumeSandboxResponse\x12;\n" +
 	"\asandbox\x18\x01 \x01(\v2!.locale2b.controlplane.v1.SandboxR\asandbox\x12\x18\n" +
 	"\aresumed\x18\x02 \x01(\bR\aresumed\"3\n" +
@@ -2383,6 +2408,8 @@ func file_locale2b_controlplane_v1_sandbox_proto_init() {
 		return
 	}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[7].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
