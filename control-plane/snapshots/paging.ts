@@ -32,7 +32,8 @@ function after(s: SnapshotRecord, [createdAt, id, tag]: Cursor): boolean {
 
 /** One page of `all` (in the store's order) after `token`, and the next page's token ("" when none). */
 export function pageSnapshots(all: SnapshotRecord[], limit: number, token: string | undefined): { items: SnapshotRecord[]; next: string } {
-  const rest = token ? all.filter((s) => after(s, decode(token))) : all;
+  const cursor = token ? decode(token) : undefined;
+  const rest = cursor ? all.filter((s) => after(s, cursor)) : all;
   const items = rest.slice(0, limit);
   return { items, next: rest.length > limit ? encode(items[items.length - 1]!) : "" };
 }

@@ -95,3 +95,23 @@ def test_snapshot_bad_input(control_plane):
         assert _ids(Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id)) == []
     finally:
         sbx.kill()
+
+
+def test_filesystem_only_pause_and_reboot(control_plane):
+    sbx = Sandbox.create(template="base", timeout=600, envs={"KEEP": "yes"})
+    try:
+        sbx.files.write("/home/user/keep.txt", "kept")
+        sbx.commands.run("sleep 600", background=True, timeout=0)
+        assert sbx.pause(mode="filesystem") is True
+        assert sbx.get_info().state.value == "paused"
+        back = Sandbox.connect(sbx.sandbox_id)
+        assert back.files.read("/home/user/keep.txt") == "kept"
+        assert back.commands.run("echo $KEEP; pgrep -x sleep || echo none").stdout == "yes\nnone\n"
+
+        back.commands.run("sleep 601", background=True, timeout=0)
+        back.pause()
+        rebooted = Sandbox.connect(sbx.sandbox_id, on_resume="reboot")
+        assert rebooted.commands.run("pgrep -fx 'sleep 601' || echo none").stdout == "none\n"
+        assert rebooted.files.read("/home/user/keep.txt") == "kept"
+    finally:
+        sbx.kill()

@@ -70,7 +70,7 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     await again.commands.run("sleep 601", { background: true, timeoutMs: 0 });
     await again.pause();
     const third = await Sandbox.connect(sbx.sandboxId);
-    expect((await third.commands.run("pgrep -f 'sleep 601' >/dev/null && echo alive")).stdout).toBe("alive\n");
+    expect((await third.commands.run("pgrep -fx 'sleep 601' >/dev/null && echo alive")).stdout).toBe("alive\n");
   });
 
   it("onResume 'reboot' cold-boots a sandbox paused in memory; a kill of a paused-to-disk sandbox leaves nothing", async () => {
