@@ -28,7 +28,7 @@ afterAll(async () => {
 }, VM_TIMEOUT);
 
 describe.skipIf(missing !== undefined)(`qemu runtime: filesystem snapshots${missing ? ` [skipped: ${missing}]` : ""}`, { timeout: VM_TIMEOUT }, () => {
-  it("snapshot of a running VM, a sandbox from it and a fork: the files, fresh processes, their own names", async () => {
+  it("snapshot of a running VM, a sandbox from it, a fork, a filesystem-only pause: the files, fresh processes, their own names", async () => {
     const src = await Sandbox.create({ timeoutMs: 3_600_000 });
     await src.files.write("/home/user/vm.txt", "from the vm");
     await src.commands.run("sync");
@@ -59,6 +59,14 @@ describe.skipIf(missing !== undefined)(`qemu runtime: filesystem snapshots${miss
     expect(await fork.files.read("/home/user/vm.txt")).toBe("from the vm");
     await fork.kill();
     expect(await Sandbox.deleteSnapshot("vm-snap")).toBe(true);
+
+    // The filesystem-only pause: the VM is gone while paused, connect boots it again on its disk.
+    await src.commands.run("sync");
+    expect(await src.pause({ keepMemory: false })).toBe(true);
+    expect(readdirSync(join(cp.dataDir, "paused", src.sandboxId))).toEqual(["disk.qcow2"]);
+    const back = await Sandbox.connect(src.sandboxId, { timeoutMs: 3_600_000 });
+    expect(await back.files.read("/home/user/vm.txt")).toBe("from the vm");
+    expect((await back.commands.run("pgrep -x sleep || echo none")).stdout).toBe("none\n");
     await src.kill();
     expect(readdirSync(join(cp.dataDir, "snapshots"))).toEqual([]);
   });
