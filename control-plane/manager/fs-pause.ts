@@ -69,7 +69,7 @@ export async function pauseToDisk(d: FsPauseDeps, rec: SandboxRecord, inst: Inst
   return { [MARK]: true };
 }
 
-/** A new instance of the sandbox on its kept files (its envd answering); the kept files go once it runs. */
+/** A new instance of the sandbox on its kept files (its envd answering); the caller drops the files once it runs. */
 export async function resumeFromDisk(d: FsPauseDeps, rec: SandboxRecord): Promise<Instance> {
   const src = pausedDir(d.dataDir, rec.id);
   if (!existsSync(src)) throw new ControlPlaneError("internal", `sandbox '${rec.id}' was paused to disk, but its files are gone`);
@@ -86,8 +86,7 @@ export async function resumeFromDisk(d: FsPauseDeps, rec: SandboxRecord): Promis
     await inst.kill().catch(() => undefined);
     throw err;
   }
-  rmSync(src, { recursive: true, force: true });
-  log.info("sandbox resumed from disk (fresh processes)");
+  log.info("sandbox started again from disk (fresh processes)");
   return inst;
 }
 

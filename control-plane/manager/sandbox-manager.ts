@@ -69,9 +69,7 @@ export class SandboxManager {
     return Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
   }
 
-  get runtimeName(): string {
-    return this.o.runtime.name;
-  }
+  get runtimeName(): string { return this.o.runtime.name; }
 
   /** Re-adopts what survived a restart and starts the timeout reaper. */
   async start(): Promise<void> {
@@ -91,9 +89,7 @@ export class SandboxManager {
   admissionStats = (): AdmissionStats => this.admission.stats();
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
-  get warmCount(): number {
-    return this.warm?.size ?? 0;
-  }
+  get warmCount(): number { return this.warm?.size ?? 0; }
 
   /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
   async close(): Promise<void> {
@@ -259,7 +255,7 @@ export class SandboxManager {
     return this.locks.run(id, () => this.pauseLocked(this.get(id), memory));
   }
 
-  private async pauseLocked(rec: SandboxRecord, memory = rec.pauseMemory ?? true): Promise<SandboxRecord> {
+  private async pauseLocked(rec: SandboxRecord, memory = true): Promise<SandboxRecord> {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
@@ -336,7 +332,8 @@ export class SandboxManager {
       rec = this.save({ ...rec, runtimeData: await pauseToDisk(this.fs, rec, this.instance(rec), true) });
       this.instances.take(rec.id);
     }
-    let inst = isPausedToDisk(rec) ? undefined : this.instance(rec);
+    const fromDisk = isPausedToDisk(rec);
+    let inst = fromDisk ? undefined : this.instance(rec);
     this.save({ ...rec, state: "resuming" });
     try {
       if (inst) await inst.resume();
@@ -345,9 +342,12 @@ export class SandboxManager {
       this.o.pool.release(rec.id);
       await pushInit(this.o.envd, rec, inst);
     } catch (err) {
+      // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
+      if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to resume sandbox '${rec.id}': ${(err as Error).message}`);
     }
+    if (fromDisk) forgetPausedFiles(this.o.dataDir, rec.id);
     const running = this.save({ ...rec, state: "running", endAt: Date.now() + timeout * 1000, runtimeData: inst.persisted });
     this.o.log.info({ sandboxId: rec.id }, "sandbox resumed");
     this.emit("resumed", running);
@@ -439,7 +439,7 @@ export class SandboxManager {
           const cur = this.o.store.getSandbox(rec.id);
           if (!cur || cur.state !== "running" || cur.endAt > Date.now()) return;
           this.emit("timed_out", cur);
-          if (cur.onTimeout === "pause") await this.pauseLocked(cur);
+          if (cur.onTimeout === "pause") await this.pauseLocked(cur, cur.pauseMemory ?? true);
           else await this.killLocked(cur, "timeout");
         })
         .catch((err: unknown) => this.o.log.error({ err, sandboxId: rec.id }, "timeout handling failed"));

@@ -98,6 +98,12 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 });
     expect(await back.files.read("/home/user/auto.txt")).toBe("auto");
 
+    // keepMemory: false is the timeout's: an explicit pause() of such a sandbox keeps its memory (E2B's default).
+    const explicit = await create({ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } });
+    await explicit.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+    await explicit.pause();
+    expect((await (await Sandbox.connect(explicit.sandboxId)).commands.run("pgrep -x sleep >/dev/null && echo alive")).stdout).toBe("alive\n");
+
     // A sandbox with autoResume, paused to disk explicitly: traffic leaves it paused.
     const auto = await create({ lifecycle: { onTimeout: "pause", autoResume: true } });
     await auto.pause({ keepMemory: false });
