@@ -6,7 +6,9 @@
 // What the guest still held in its page cache is not in it: the copy is what
 // a power cut at that instant leaves, which ext4's journal recovers at the
 // next boot. A sandbox started from it boots on its own copy of that overlay.
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { Qmp } from "./qmp.js";
 
@@ -53,4 +55,20 @@ export async function backupDisk(qmp: Qmp, dest: string, timeoutMs = 30 * 60_000
   } finally {
     await qmp.execute("job-dismiss", { id: job }).catch(() => undefined);
   }
+}
+
+/**
+ * Why a snapshot's overlay cannot boot, or undefined: its backing file (the
+ * template build it was taken on) is gone, e.g. pruned after the template
+ * was rebuilt twice.
+ */
+export function missingBacking(qemuImg: string, disk: string): string | undefined {
+  const r = spawnSync(qemuImg, ["info", "--output=json", "-U", disk], { encoding: "utf8" });
+  if (r.status !== 0) return `cannot read the snapshot's disk ${disk}: ${(r.stderr || r.error?.message || "").trim()}`;
+  const info = JSON.parse(r.stdout) as { "full-backing-filename"?: string; "backing-filename"?: string };
+  const backing = info["full-backing-filename"] ?? info["backing-filename"];
+  if (backing && !existsSync(backing)) {
+    return `the template image this snapshot was taken on (${backing}) is gone (the template was rebuilt since and that build pruned): take the snapshot again`;
+  }
+  return undefined;
 }

@@ -6,7 +6,7 @@ import { accelFor } from "../../host/checks.js";
 import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
 import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
 import { copyImage } from "../process/disk-snapshot.js";
-import { snapshotDiskPath } from "./disk-snapshot.js";
+import { missingBacking, snapshotDiskPath } from "./disk-snapshot.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
@@ -121,6 +121,8 @@ export class QemuRuntime implements Runtime {
   /** A VM booting on a copy of a filesystem snapshot's overlay (its backing file is still the template's image). */
   async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<QemuInstance> {
     if (from.kind !== "filesystem") throw new Error(`the qemu runtime cannot start from a ${from.kind} snapshot`);
+    const problem = missingBacking((await this.resolveTools()).qemuImg, snapshotDiskPath(from.dir));
+    if (problem) throw new Error(problem);
     return this.create(spec, snapshotDiskPath(from.dir));
   }
 
