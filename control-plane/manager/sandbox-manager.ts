@@ -158,7 +158,7 @@ export class SandboxManager {
     if (from && !runtime.createFromSnapshot) throw new ControlPlaneError("invalid", `the ${runtime.name} runtime cannot start sandboxes from snapshots`);
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
-    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: this.o.defaults.diskSizeMB };
+    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
     if (!egress && !from && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = this.warm.take();

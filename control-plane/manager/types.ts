@@ -64,6 +64,8 @@ export interface CreateSandboxInput {
   network?: unknown;
   cpuCount?: number;
   memoryMB?: number;
+  /** The disk's size (a snapshot's image has its own); absent: the server's default. */
+  diskSizeMB?: number;
   /** Start on a snapshot's files (its runtime's createFromSnapshot) instead of the template's fresh ones. */
   fromSnapshot?: SnapshotSource;
 }

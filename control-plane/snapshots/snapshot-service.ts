@@ -185,7 +185,15 @@ export class SnapshotService {
     const snap = this.resolve(input.templateId);
     if (!snap) throw new ControlPlaneError("not_found", `snapshot '${input.templateId}' not found`);
     return this.holding(snap.build, () =>
-      this.o.manager.create({ ...input, templateId: snap.templateId, fromSnapshot: this.source(snap.build, snap.kind, snap.runtime) }),
+      // The snapshot's shape unless the create asks for another; its image has its own size.
+      this.o.manager.create({
+        ...input,
+        cpuCount: input.cpuCount ?? snap.cpuCount,
+        memoryMB: input.memoryMB ?? snap.memoryMB,
+        templateId: snap.templateId,
+        diskSizeMB: snap.diskSizeMB,
+        fromSnapshot: this.source(snap.build, snap.kind, snap.runtime),
+      }),
     );
   }
 
@@ -226,6 +234,7 @@ function forkInput(parent: SandboxRecord, timeout: number, fromSnapshot: Snapsho
     ...(parent.network !== undefined ? { network: parent.network } : {}),
     cpuCount: parent.cpuCount,
     memoryMB: parent.memoryMB,
+    diskSizeMB: parent.diskSizeMB,
     fromSnapshot,
   };
 }

@@ -23,7 +23,7 @@ afterAll(async () => {
 describe.skipIf(skip !== undefined).each<Protocol>(["connect-json", "grpc"])(`snapshots over %s${skip ? ` (skipped: ${skip})` : ""}`, (protocol) => {
   it("create, list (paged), create a sandbox from one, fork, delete; bad input", async () => {
     const api = apiClient(cp.url, protocol, { "x-api-key": cp.apiKey });
-    const { sandbox: src } = await api.createSandbox({ templateId: "base", timeoutSeconds: 600, metadata: { who: "src" } });
+    const { sandbox: src } = await api.createSandbox({ templateId: "base", timeoutSeconds: 600, metadata: { who: "src" }, memoryMb: 384 });
     const name = `connect-${protocol.replace(/[^a-z]/g, "")}-${process.pid}`;
     const { snapshot: a } = await api.createSnapshot({ sandboxId: src!.sandboxId, name });
     expect(a).toMatchObject({ snapshotId: `local/${name}:default`, names: [`local/${name}:default`], name, tag: "default", kind: "filesystem", sandboxId: src!.sandboxId, runtime: "process" });
@@ -38,11 +38,16 @@ describe.skipIf(skip !== undefined).each<Protocol>(["connect-json", "grpc"])(`sn
     const { sandbox: made } = await api.createSandbox({ templateId: name, timeoutSeconds: 600 });
     expect(made!.sandboxId).not.toBe(src!.sandboxId);
     expect(made!.templateId).toBe("base");
+    // The snapshot's shape (its source's memory and disk), unless the create asks for another.
+    expect(made).toMatchObject({ memoryMb: 384, diskSizeMb: src!.diskSizeMb, cpuCount: src!.cpuCount });
+    const { sandbox: bigger } = await api.createSandbox({ templateId: a!.snapshotId, timeoutSeconds: 60, memoryMb: 512 });
+    expect(bigger!.memoryMb).toBe(512);
+    await api.killSandbox({ sandboxId: bigger!.sandboxId });
     const { results } = await api.forkSandbox({ sandboxId: src!.sandboxId, count: 2, timeoutSeconds: 300 });
     expect(results.length).toBe(2);
     const ids = results.map((r) => r.sandbox?.sandboxId);
     expect(new Set([src!.sandboxId, made!.sandboxId, ...ids]).size).toBe(4);
-    expect(results.every((r) => r.errorCode === "" && r.sandbox?.metadata.who === "src")).toBe(true);
+    expect(results.every((r) => r.errorCode === "" && r.sandbox?.metadata.who === "src" && r.sandbox.memoryMb === 384)).toBe(true);
 
     expect((await rejection(api.createSnapshot({ sandboxId: src!.sandboxId, memory: true }))).code).toBe(Code.InvalidArgument);
     expect((await rejection(api.createSnapshot({ sandboxId: "nosuch" }))).code).toBe(Code.NotFound);
