@@ -18,8 +18,9 @@ import { ControlPlaneError, type SandboxRecord } from "./types.js";
 /** The runtimeData of a sandbox paused to disk: no instance runs. */
 const MARK = "pausedToDisk";
 
-export function isPausedToDisk(rec: SandboxRecord): boolean {
-  return rec.runtimeData?.[MARK] === true;
+/** A live sandbox paused to disk (its files are under paused/<id>). */
+export function isPausedToDisk(rec: SandboxRecord | undefined): boolean {
+  return rec !== undefined && rec.state !== "killed" && rec.runtimeData?.[MARK] === true;
 }
 
 export interface FsPauseDeps {

@@ -82,6 +82,7 @@ export class SandboxManager {
     const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
     await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
     removeDeadSandboxDirs(join(this.o.dataDir, "sandboxes"), (id) => (this.o.store.getSandbox(id)?.state ?? "killed") !== "killed", this.o.log);
+    removeDeadSandboxDirs(join(this.o.dataDir, "paused"), (id) => isPausedToDisk(this.o.store.getSandbox(id)), this.o.log);
     this.warm?.fill();
   }
 

@@ -5,7 +5,7 @@
 // `keepMemory: false` auto-pause; `onResume: 'reboot'` for a sandbox paused
 // in memory; traffic never auto-resumes a sandbox paused to disk; and it
 // survives a control-plane restart. Needs root (sandbox mode).
-import { existsSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -118,6 +118,8 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     await sbx.files.write("/home/user/restart.txt", "still here");
     await sbx.pause({ keepMemory: false });
     await cp.stopKeepingSandboxes();
+    // Files no sandbox paused to disk owns (a pause cut short by a crash) go at start; this sandbox's stay.
+    mkdirSync(join(cp.dataDir, "paused", "ighost"), { recursive: true });
     const again = await startTestControlPlane({ runtime, dataDir: cp.dataDir, apiKey: cp.apiKey });
     const dataDir = cp.dataDir;
     // The first server's close removed its temporary data dir; this one was given it, so it removes it itself.
@@ -125,6 +127,7 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     restoreEnv();
     restoreEnv = setEnv({ ...again.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
     expect((await Sandbox.getInfo(sbx.sandboxId)).state).toBe("paused");
+    expect(readdirSync(join(again.dataDir, "paused"))).toEqual([sbx.sandboxId]);
     const back = await Sandbox.connect(sbx.sandboxId);
     expect(await back.files.read("/home/user/restart.txt")).toBe("still here");
   });
