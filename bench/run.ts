@@ -40,7 +40,8 @@ sandboxes (the control plane, process runtime):
   LOCALE2B_BENCH_SANDBOXES=50    idle sandboxes whose memory is measured
   LOCALE2B_BENCH_CAPACITY=300    then go to this many for real if memory clearly allows (0: never)
   LOCALE2B_BENCH_CAPACITY_SECONDS=300  time budget of the memory part
-  LOCALE2B_BENCH_SANDBOX_PARTS   only these parts, e.g. "1,3" (1 create, 2 exec, 3 memory, 4 stream)
+  LOCALE2B_BENCH_SANDBOX_PARTS   only these parts, e.g. "1,3" (1 create, 2 exec, 3 memory, 4 stream, 5 snapshots)
+  LOCALE2B_BENCH_SNAPSHOT_MIB=256  MiB a sandbox writes before it is snapshotted (part 5)
   LOCALE2B_BENCH_CP_NODE_ARGS    extra node flags for the server, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
 ports (a server in a sandbox through getHost(port) vs directly, process runtime):
   LOCALE2B_BENCH_PORT_BYTES=256M bytes per GET (repeated LOCALE2B_BENCH_REPS times)

@@ -29,6 +29,7 @@ import { RuntimeSet } from "./runtimes/runtime-set.js";
 import { TemplateCatalog } from "./images/catalog.js";
 import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
+import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
 import { AgentPool } from "./transport/hybrid-vsock.js";
 
@@ -76,6 +77,7 @@ export interface RunningControlPlane {
   /** Set when this start created the first API key: it is shown once. */
   createdApiKey?: string;
   manager: SandboxManager;
+  snapshots: SnapshotService;
   store: SqliteStore;
   runtime: Runtime;
   /** Events, audit log, sessions and metrics history. */
@@ -146,12 +148,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     log,
   });
   await manager.start();
+  const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }) });
+  snapshots.start();
   activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.
   const deps: ApiDeps = {
     manager,
+    snapshots,
     store,
     pool,
     metrics,
@@ -220,6 +225,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     port,
     createdApiKey,
     manager,
+    snapshots,
     store,
     runtime,
     activity,

@@ -2,6 +2,7 @@ import type { GoalResult } from "../lib/goal.js";
 import { benchCreate } from "./create.js";
 import { benchExecProxy } from "./exec.js";
 import { benchMemory } from "./memory.js";
+import { benchSnapshots } from "./snapshots.js";
 import { benchStreamProxy } from "./stream.js";
 
 /**
@@ -12,7 +13,7 @@ import { benchStreamProxy } from "./stream.js";
  * deletes every sandbox it made, also on an error or Ctrl-C.
  */
 
-/** All four parts; one that cannot run is reported (and MISSED in the summary), the others still run. */
+/** All five parts; one that cannot run is reported (and MISSED in the summary), the others still run. */
 export async function benchControlPlane(): Promise<GoalResult[]> {
   console.log(
     "\nnote: the control plane benchmarks start `locale2b serve` (process runtime) on a fresh data dir each; " +
@@ -23,6 +24,7 @@ export async function benchControlPlane(): Promise<GoalResult[]> {
     ["exec via proxy", benchExecProxy],
     ["memory per idle sandbox", benchMemory],
     ["stream via proxy", benchStreamProxy],
+    ["filesystem snapshots and fork", benchSnapshots],
   ];
   const only = (process.env.LOCALE2B_BENCH_SANDBOX_PARTS ?? "").split(",").map((s) => s.trim()).filter(Boolean);
   const results: GoalResult[] = [];

@@ -5,11 +5,14 @@ import type { MetricsHistory } from "../metrics/history.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
+import type { SnapshotService } from "../snapshots/snapshot-service.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
 
 /** What the API surfaces (REST, Connect, envd proxy) are built from. */
 export interface ApiDeps {
   manager: SandboxManager;
+  /** Snapshots and fork (absent: the API refuses them). */
+  snapshots?: SnapshotService;
   store: Store;
   pool: AgentPool;
   metrics: ControlPlaneMetrics;

@@ -26,6 +26,7 @@ export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, s
     endAt: now + timeout * 1000,
     onTimeout: input.autoPause ? "pause" : "kill",
     autoResume: input.autoResume ?? false,
+    ...(input.autoPause && input.autoPauseMemory === false ? { pauseMemory: false } : {}),
     envdVersion: ENVD_VERSION,
     envdAccessToken: deriveToken(seed, "envd", id),
     trafficAccessToken: deriveToken(seed, "sandbox-traffic", id),

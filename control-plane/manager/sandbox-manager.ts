@@ -8,6 +8,8 @@ import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
+import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
+import { adoptRecord } from "./adopt.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
@@ -37,10 +39,12 @@ export class SandboxManager {
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
+  private readonly fs: FsPauseDeps;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
+    this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
     if (o.warmPool) {
       this.warm = new WarmPool({
         size: o.warmPool,
@@ -66,9 +70,7 @@ export class SandboxManager {
     return Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
   }
 
-  get runtimeName(): string {
-    return this.o.runtime.name;
-  }
+  get runtimeName(): string { return this.o.runtime.name; }
 
   /** Re-adopts what survived a restart and starts the timeout reaper. */
   async start(): Promise<void> {
@@ -81,18 +83,15 @@ export class SandboxManager {
     const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
     await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
     removeDeadSandboxDirs(join(this.o.dataDir, "sandboxes"), (id) => (this.o.store.getSandbox(id)?.state ?? "killed") !== "killed", this.o.log);
+    removeDeadSandboxDirs(join(this.o.dataDir, "paused"), (id) => isPausedToDisk(this.o.store.getSandbox(id)), this.o.log);
     this.warm?.fill();
   }
 
   /** Starts in progress and waiting, and the limits (metrics). */
-  admissionStats(): AdmissionStats {
-    return this.admission.stats();
-  }
+  admissionStats = (): AdmissionStats => this.admission.stats();
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
-  get warmCount(): number {
-    return this.warm?.size ?? 0;
-  }
+  get warmCount(): number { return this.warm?.size ?? 0; }
 
   /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
   async close(): Promise<void> {
@@ -103,32 +102,11 @@ export class SandboxManager {
     this.o.pool.destroy();
   }
 
-  private async adopt(rec: SandboxRecord): Promise<void> {
-    const log = this.o.log.child({ sandboxId: rec.id });
-    const runtime = await this.runtimes.byName(rec.runtime || this.o.runtime.name).catch((err: unknown) => {
-      log.warn({ err, runtime: rec.runtime }, "the sandbox's runtime cannot start here");
-      return undefined;
-    });
-    const inst = await runtime?.adopt(rec.id, this.dir(rec.id), rec.runtimeData, log).catch((err: unknown) => {
-      log.warn({ err }, "re-adopting sandbox failed");
-      return undefined;
-    });
-    if (!inst) {
-      this.markDead(rec, "died while the control plane was down");
-      return;
-    }
-    this.track(rec.id, inst, runtime!.name);
-    if (rec.state === "creating") {
-      await inst.kill();
-      this.markDead(rec, "creation interrupted by a control-plane restart");
-      return;
-    }
-    if (rec.state === "pausing") await inst.pause();
-    if (rec.state === "resuming") await inst.resume();
-    const state = rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
-    if (state === "paused" && inst.quietVsockWhilePaused) this.o.pool.hold(rec.id);
-    this.save({ ...rec, state });
-    log.info({ state }, "sandbox re-adopted");
+  private adopt(rec: SandboxRecord): Promise<void> {
+    return adoptRecord(
+      { ...this.o, runtimes: this.runtimes, dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
+      rec,
+    );
   }
 
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
@@ -176,14 +154,16 @@ export class SandboxManager {
       throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with 'locale2b template build <name>')`);
     }
     const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
-    const runtime = await this.runtimes.forTemplate(templateId).catch((err: Error) => {
+    const from = input.fromSnapshot;
+    const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(templateId)).catch((err: Error) => {
       throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
     });
+    if (from && !runtime.createFromSnapshot) throw new ControlPlaneError("invalid", `the ${runtime.name} runtime cannot start sandboxes from snapshots`);
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
-    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: this.o.defaults.diskSizeMB };
+    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
-    if (!egress && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
+    if (!egress && !from && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = this.warm.take();
       if (warm && warm.runtime === runtime) {
         const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
@@ -203,17 +183,10 @@ export class SandboxManager {
     return this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress));
   }
 
-  private createNew(
-    input: CreateSandboxInput,
-    runtime: Runtime,
-    shape: WarmShape,
-    timeout: number,
-    egress: Awaited<ReturnType<typeof egressFor>>,
-  ): Promise<SandboxRecord> {
-    const memoryMB = shape.memoryMB;
+  private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>): Promise<SandboxRecord> {
     const id = newSandboxId();
     return this.locks.run(id, async () => {
-      checkCapacity(this.o.store, this.o.limits, memoryMB);
+      checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
       const now = Date.now();
       let rec = this.save(newRecord(this.o.seed, id, input, shape, timeout, runtime.name));
       const log = this.o.log.child({ sandboxId: id });
@@ -221,7 +194,8 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        inst = await runtime.create({ sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log });
+        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
+        inst = await (input.fromSnapshot ? runtime.createFromSnapshot!(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         await pushInit(this.o.envd, rec, inst);
@@ -280,14 +254,23 @@ export class SandboxManager {
     return this.o.store.listSandboxes(filter);
   }
 
-  async pause(id: string): Promise<SandboxRecord> {
-    return this.locks.run(id, () => this.pauseLocked(this.get(id)));
+  /** `memory: false`: E2B's filesystem-only pause (fs-pause.ts); otherwise (and by default) in memory. */
+  async pause(id: string, memory?: boolean): Promise<SandboxRecord> {
+    return this.locks.run(id, () => this.pauseLocked(this.get(id), memory));
   }
 
-  private async pauseLocked(rec: SandboxRecord): Promise<SandboxRecord> {
+  private async pauseLocked(rec: SandboxRecord, memory = true): Promise<SandboxRecord> {
     if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
     const inst = this.instance(rec);
     this.save({ ...rec, state: "pausing" });
+    if (!memory) {
+      const runtimeData = await pauseToDisk(this.fs, rec, inst, false).catch((err: unknown) => {
+        this.save(rec);
+        throw err;
+      });
+      this.instances.take(rec.id);
+      return this.paused(rec, runtimeData);
+    }
     // Firecracker's pause ends the VMM process: its connections die with it.
     if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
     if (inst.quietVsockWhilePaused) {
@@ -303,53 +286,72 @@ export class SandboxManager {
       throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
     }
     // A runtime may change what it needs to re-adopt the instance (Firecracker: the VMM process is gone).
-    const paused = this.save({ ...rec, state: "paused", runtimeData: inst.persisted });
+    return this.paused(rec, inst.persisted);
+  }
+
+  private paused(rec: SandboxRecord, runtimeData: Record<string, unknown>): SandboxRecord {
+    const paused = this.save({ ...rec, state: "paused", runtimeData });
     this.o.log.info({ sandboxId: rec.id }, "sandbox paused");
     this.emit("paused", paused);
     return paused;
   }
 
-  private instance(rec: SandboxRecord): Instance {
-    return this.instances.require(rec.id);
+  private instance = (rec: SandboxRecord): Instance => this.instances.require(rec.id);
+
+  /** Runs `fn` on a running or paused sandbox's record and instance, under its lock (snapshots). */
+  withInstance<T>(id: string, fn: (rec: SandboxRecord, inst: Instance) => Promise<T>): Promise<T> {
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      const why = rec.state !== "running" && rec.state !== "paused" ? rec.state : isPausedToDisk(rec) ? "paused to disk: resume it first" : "";
+      if (why) throw new ControlPlaneError("conflict", `sandbox '${id}' is ${why}`);
+      return fn(rec, this.instance(rec));
+    });
   }
 
-  /**
-   * E2B connect: a running sandbox gets its timeout extended (never
-   * shortened); a paused one is resumed with a fresh timeout.
-   */
-  async connect(id: string, timeoutSeconds: number): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
+  /** E2B connect: a running sandbox gets its timeout extended (never shortened); a paused one is resumed with a fresh timeout. */
+  async connect(id: string, timeoutSeconds: number, memory?: boolean): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
-      if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout), resumed: true };
+      if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout, memory), resumed: true };
       const endAt = Math.max(rec.endAt, Date.now() + timeout * 1000);
       return { sandbox: this.save({ ...rec, endAt }), resumed: false };
     });
   }
 
   /** The deprecated explicit resume: only for paused sandboxes (409 otherwise). */
-  async resume(id: string, timeoutSeconds: number, autoPause?: boolean): Promise<SandboxRecord> {
+  async resume(id: string, timeoutSeconds: number, autoPause?: boolean, memory?: boolean): Promise<SandboxRecord> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is already running`);
-      const resumed = await this.resumeLocked(rec, timeout);
+      const resumed = await this.resumeLocked(rec, timeout, memory);
       return autoPause === undefined ? resumed : this.save({ ...resumed, onTimeout: autoPause ? "pause" : "kill" });
     });
   }
 
-  private async resumeLocked(rec: SandboxRecord, timeout: number): Promise<SandboxRecord> {
-    const inst = this.instance(rec);
+  /** `memory: false` cold-boots a sandbox paused in memory from its files (E2B's onResume 'reboot'). */
+  private async resumeLocked(rec: SandboxRecord, timeout: number, memory?: boolean): Promise<SandboxRecord> {
+    if (memory === false && !isPausedToDisk(rec)) {
+      rec = this.save({ ...rec, runtimeData: await pauseToDisk(this.fs, rec, this.instance(rec), true) });
+      this.instances.take(rec.id);
+    }
+    const fromDisk = isPausedToDisk(rec);
+    let inst = fromDisk ? undefined : this.instance(rec);
     this.save({ ...rec, state: "resuming" });
     try {
-      await inst.resume();
+      if (inst) await inst.resume();
+      else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
       if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
       this.o.pool.release(rec.id);
       await pushInit(this.o.envd, rec, inst);
     } catch (err) {
+      // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
+      if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to resume sandbox '${rec.id}': ${(err as Error).message}`);
     }
+    if (fromDisk) forgetPausedFiles(this.o.dataDir, rec.id);
     const running = this.save({ ...rec, state: "running", endAt: Date.now() + timeout * 1000, runtimeData: inst.persisted });
     this.o.log.info({ sandboxId: rec.id }, "sandbox resumed");
     this.emit("resumed", running);
@@ -369,6 +371,7 @@ export class SandboxManager {
     await inst?.kill();
     this.o.pool.forget(rec.id);
     rmSync(this.dir(rec.id), { recursive: true, force: true });
+    forgetPausedFiles(this.o.dataDir, rec.id);
     const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
     this.o.log.info({ sandboxId: rec.id, reason }, "sandbox killed");
     this.emit("killed", dead);
@@ -393,10 +396,7 @@ export class SandboxManager {
   /** POST /refreshes: extends only. */
   async refresh(id: string, seconds: number): Promise<SandboxRecord> {
     const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => {
-      const rec = this.get(id);
-      return this.save({ ...rec, endAt: Math.max(rec.endAt, Date.now() + timeout * 1000) });
-    });
+    return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Math.max(this.get(id).endAt, Date.now() + timeout * 1000) }));
   }
 
   /**
@@ -405,7 +405,8 @@ export class SandboxManager {
    */
   async route(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
-    if (rec.state === "paused" && rec.autoResume) {
+    // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
+    if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {
       // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
       const seconds = Math.min(this.o.limits.maxTimeoutSeconds, Math.max(1, Math.ceil((rec.endAt - rec.startedAt) / 1000)));
       rec = (await this.connect(id, seconds)).sandbox;
@@ -430,8 +431,7 @@ export class SandboxManager {
   }
 
   async logs(id: string): Promise<{ timestamp: number; line: string }[]> {
-    const rec = this.get(id);
-    return (await this.instances.get(rec.id)?.logs?.()) ?? [];
+    return (await this.instances.get(this.get(id).id)?.logs?.()) ?? [];
   }
 
   private async reap(): Promise<void> {
@@ -443,7 +443,7 @@ export class SandboxManager {
           const cur = this.o.store.getSandbox(rec.id);
           if (!cur || cur.state !== "running" || cur.endAt > Date.now()) return;
           this.emit("timed_out", cur);
-          if (cur.onTimeout === "pause") await this.pauseLocked(cur);
+          if (cur.onTimeout === "pause") await this.pauseLocked(cur, cur.pauseMemory ?? true);
           else await this.killLocked(cur, "timeout");
         })
         .catch((err: unknown) => this.o.log.error({ err, sandboxId: rec.id }, "timeout handling failed"));

@@ -1,3 +1,5 @@
+import type { SnapshotSource } from "../runtimes/runtime.js";
+
 /**
  * The control plane's domain: a sandbox record as the store keeps it and the
  * manager hands it to the API surfaces (REST, Connect, proxy, CLI).
@@ -23,6 +25,8 @@ export interface SandboxRecord {
   endAt: number;
   onTimeout: TimeoutAction;
   autoResume: boolean;
+  /** false: the timeout's pause keeps files only (E2B's autoPauseMemory: false). Absent: true. */
+  pauseMemory?: boolean;
   envdVersion: string;
   /** The envd access token (X-Access-Token), pushed to envd through /init. */
   envdAccessToken: string;
@@ -53,11 +57,17 @@ export interface CreateSandboxInput {
   metadata?: Record<string, string>;
   envVars?: Record<string, string>;
   autoPause?: boolean;
+  /** false: a filesystem-only auto-pause. */
+  autoPauseMemory?: boolean;
   autoResume?: boolean;
   allowInternetAccess?: boolean;
   network?: unknown;
   cpuCount?: number;
   memoryMB?: number;
+  /** The disk's size (a snapshot's image has its own); absent: the server's default. */
+  diskSizeMB?: number;
+  /** Start on a snapshot's files (its runtime's createFromSnapshot) instead of the template's fresh ones. */
+  fromSnapshot?: SnapshotSource;
 }
 
 export interface ListFilter {

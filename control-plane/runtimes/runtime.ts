@@ -22,6 +22,21 @@ export interface InstanceSpec {
   log: Logger;
 }
 
+/**
+ * What a snapshot holds: `filesystem`, the sandbox's writable layer (its
+ * sandboxes start fresh processes on those files, as E2B's filesystem-only
+ * mode); `memory`, that and the running state (processes continue).
+ */
+export type SnapshotKind = "filesystem" | "memory";
+
+/** A snapshot on disk, as a runtime reads it back: the directory its instance's snapshot() wrote. */
+export interface SnapshotSource {
+  kind: SnapshotKind;
+  dir: string;
+  /** The runtime that took it (only that runtime can start from it). */
+  runtime: string;
+}
+
 export interface InstanceStats {
   cpuCount: number;
   /** 0..100 over the last sampling interval */
@@ -79,6 +94,14 @@ export interface Instance {
   updateEgress?(policy: EgressPolicy | undefined): Promise<void>;
   /** Console/agent log lines, newest last (for the logs endpoints). */
   logs?(): Promise<{ timestamp: number; line: string }[]>;
+  /** The snapshot kinds this instance can take; absent or empty: none. */
+  snapshotKinds?(): SnapshotKind[];
+  /**
+   * Writes a consistent snapshot into `dest` (an empty directory the caller
+   * owns and removes on failure). `paused` says the sandbox is paused now; a
+   * running one is quiesced for the capture and left running afterwards.
+   */
+  snapshot?(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void>;
 }
 
 export interface Runtime {
@@ -90,4 +113,6 @@ export interface Runtime {
   egressUnsupported?(): Promise<string | undefined>;
   /** Re-attaches to an instance that outlived a control-plane restart, or undefined if it is gone. */
   adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<Instance | undefined>;
+  /** Starts a new instance from a snapshot one of its instances took (a fresh id, its own copy of the files). */
+  createFromSnapshot?(spec: InstanceSpec, from: SnapshotSource): Promise<Instance>;
 }

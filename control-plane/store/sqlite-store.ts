@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import sqlite from "node-sqlite3-wasm";
 import type { ListFilter, SandboxRecord } from "../manager/types.js";
+import type { SnapshotFilter, SnapshotRecord } from "../snapshots/types.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 
 const SCHEMA = [
@@ -30,6 +31,16 @@ const SCHEMA = [
      last_used_at INTEGER
    )`,
   `CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+  `CREATE TABLE IF NOT EXISTS snapshots (
+     id TEXT NOT NULL,
+     tag TEXT NOT NULL,
+     name TEXT,
+     sandbox_id TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL,
+     PRIMARY KEY (id, tag)
+   )`,
+  `CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots(created_at)`,
 ];
 
 const LIVE_STATES = ["creating", "running", "pausing", "paused", "resuming"];
@@ -196,6 +207,32 @@ export class SqliteStore implements Store {
   revokeApiKey(idOrKey: string): boolean {
     const r = this.db.run("DELETE FROM api_keys WHERE id = ? OR hash = ?", [idOrKey, hashKey(idOrKey)]);
     return r.changes > 0;
+  }
+
+  putSnapshot(r: SnapshotRecord): void {
+    this.db.run(
+      `INSERT INTO snapshots (id, tag, name, sandbox_id, created_at, record) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT(id, tag) DO UPDATE SET name = excluded.name, sandbox_id = excluded.sandbox_id,
+         created_at = excluded.created_at, record = excluded.record`,
+      [r.id, r.tag, r.name ?? null, r.sandboxId, r.createdAt, JSON.stringify(r)],
+    );
+  }
+
+  getSnapshot(id: string, tag: string): SnapshotRecord | undefined {
+    const row = this.db.get("SELECT record FROM snapshots WHERE id = ? AND tag = ?", [id, tag]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as SnapshotRecord) : undefined;
+  }
+
+  listSnapshots(filter: SnapshotFilter = {}): SnapshotRecord[] {
+    const where = filter.sandboxId ? "WHERE sandbox_id = ?" : "";
+    const rows = this.db.all(`SELECT record FROM snapshots ${where} ORDER BY created_at DESC, id DESC, tag DESC`, filter.sandboxId ? [filter.sandboxId] : []) as {
+      record: string;
+    }[];
+    return rows.map((r) => JSON.parse(r.record) as SnapshotRecord);
+  }
+
+  deleteSnapshot(id: string, tag: string): boolean {
+    return this.db.run("DELETE FROM snapshots WHERE id = ? AND tag = ?", [id, tag]).changes > 0;
   }
 
   getSetting(key: string): string | undefined {

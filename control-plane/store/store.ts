@@ -1,4 +1,5 @@
 import type { ListFilter, SandboxRecord } from "../manager/types.js";
+import type { SnapshotFilter, SnapshotRecord } from "../snapshots/types.js";
 
 export interface ApiKeyInfo {
   id: string;
@@ -30,6 +31,13 @@ export interface Store {
   listApiKeys(): ApiKeyInfo[];
   /** Revokes by id or by the full key; false when nothing matched. */
   revokeApiKey(idOrKey: string): boolean;
+
+  /** Inserts or replaces the snapshot (id, tag). */
+  putSnapshot(record: SnapshotRecord): void;
+  getSnapshot(id: string, tag: string): SnapshotRecord | undefined;
+  /** Newest first (createdAt, then id and tag descending). */
+  listSnapshots(filter?: SnapshotFilter): SnapshotRecord[];
+  deleteSnapshot(id: string, tag: string): boolean;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): string | undefined;

@@ -386,12 +386,29 @@ static void write_etc(const char *name, const char *text)
 	close(fd);
 }
 
+/* Whether /etc/hostname names another sandbox: the layer is a snapshot of it (read as the sandbox's root, no symlinks). */
+static bool named_for_another(void)
+{
+	char text[256];
+	int fd = open("/etc/hostname", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, text, sizeof text - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	text[n] = 0;
+	text[strcspn(text, "\n")] = 0;
+	return strcmp(text, sc.id) != 0;
+}
+
 static void name_the_host(void)
 {
 	if (sethostname(sc.id, strlen(sc.id)) < 0)
 		ilog("sethostname: %s", strerror(errno));
 	char text[1024];
-	if (fresh_disk) {
+	/* A new layer, or one copied from another sandbox's snapshot: this sandbox's own name. */
+	if (fresh_disk || named_for_another()) {
 		snprintf(text, sizeof text, "%s\n", sc.id);
 		write_etc("hostname", text);
 		snprintf(text, sizeof text,

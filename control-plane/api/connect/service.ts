@@ -15,6 +15,7 @@ import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";
 import { auditInterceptor, CALLER_KEY } from "./audit.js";
 import { page } from "./paging.js";
+import { snapshotHandlers } from "./snapshots.js";
 import { watchEvents } from "./watch.js";
 
 /** Timeout when a request leaves it 0, in seconds (as the E2B SDKs default). */
@@ -78,7 +79,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
         call("CreateSandbox", undefined, async () => {
           const input = createInput(req);
           const t0 = performance.now();
-          const rec = await manager.create(input);
+          const rec = await (deps.snapshots?.names(input.templateId) ? deps.snapshots.createSandbox(input) : manager.create(input));
           metrics.observeCreate((performance.now() - t0) / 1000);
           return { sandbox: sandboxToProto(rec) };
         }),
@@ -98,7 +99,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
 
       pauseSandbox: (req) =>
         call("PauseSandbox", req.sandboxId, async () => {
-          await manager.pause(required(req.sandboxId, "sandbox_id"));
+          await manager.pause(required(req.sandboxId, "sandbox_id"), req.memory);
           return {};
         }),
 
@@ -106,7 +107,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
         call("ResumeSandbox", req.sandboxId, async () => {
           const id = required(req.sandboxId, "sandbox_id");
           const t0 = performance.now();
-          const { sandbox, resumed } = await manager.connect(id, req.timeoutSeconds || DEFAULT_TIMEOUT_SECONDS);
+          const { sandbox, resumed } = await manager.connect(id, req.timeoutSeconds || DEFAULT_TIMEOUT_SECONDS, req.memory);
           if (resumed) metrics.observeResume((performance.now() - t0) / 1000);
           return { sandbox: sandboxToProto(sandbox), resumed };
         }),
@@ -124,6 +125,8 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
         }),
 
       watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx, undefined, deps.events, (id) => deps.store.getSandbox(id)),
+
+      ...snapshotHandlers(deps, call),
     },
     { interceptors: [auditInterceptor(deps), authInterceptor(deps)] },
   );

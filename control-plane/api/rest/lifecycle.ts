@@ -35,10 +35,10 @@ async function updateNetwork({ req, res, params, deps }: RestContext): Promise<v
   sendNoContent(res);
 }
 
-/** POST /sandboxes/{id}/pause {memory?}: 204, 409 when already paused. The runtimes always keep memory. */
+/** POST /sandboxes/{id}/pause {memory?}: 204, 409 when already paused; memory: false pauses to disk (files only). */
 async function pause({ req, res, params, deps }: RestContext): Promise<void> {
-  new Fields(await readJsonObject(req)).bool("memory");
-  await deps.manager.pause(params.sandboxID!);
+  const memory = new Fields(await readJsonObject(req)).bool("memory");
+  await deps.manager.pause(params.sandboxID!, memory);
   sendNoContent(res);
 }
 
@@ -50,13 +50,13 @@ function connect(v2: boolean) {
   return async ({ req, res, params, deps }: RestContext): Promise<void> => {
     const f = new Fields(await readJsonObject(req));
     let timeout = f.int("timeout");
-    f.bool("memory");
+    const memory = f.bool("memory");
     if (timeout === undefined) {
       if (!v2) throw new HttpError(400, "field 'timeout' is required");
       timeout = 300;
     }
     const started = performance.now();
-    const { sandbox, resumed } = await deps.manager.connect(params.sandboxID!, timeout);
+    const { sandbox, resumed } = await deps.manager.connect(params.sandboxID!, timeout, memory);
     if (resumed) deps.metrics.observeResume((performance.now() - started) / 1000);
     sendJson(res, resumed ? 201 : 200, toSandbox(sandbox, deps.publicDomain));
   };
@@ -67,9 +67,9 @@ async function resume({ req, res, params, deps }: RestContext): Promise<void> {
   const f = new Fields(await readJsonObject(req));
   const timeout = f.int("timeout") ?? 15;
   const autoPause = f.bool("autoPause");
-  f.bool("memory");
+  const memory = f.bool("memory");
   const started = performance.now();
-  const sandbox = await deps.manager.resume(params.sandboxID!, timeout, autoPause);
+  const sandbox = await deps.manager.resume(params.sandboxID!, timeout, autoPause, memory);
   deps.metrics.observeResume((performance.now() - started) / 1000);
   sendJson(res, 201, toSandbox(sandbox, deps.publicDomain));
 }

@@ -7,6 +7,7 @@ import { lifecycleRoutes } from "./lifecycle.js";
 import { logRoutes } from "./logs.js";
 import { metricRoutes } from "./metrics.js";
 import { sandboxByIdRoutes, sandboxRoutes } from "./sandboxes.js";
+import { snapshotRoutes } from "./snapshots.js";
 
 /** What a route handler gets: the exchange, its path parameters and query, and the API's dependencies. */
 export interface RestContext {
@@ -122,6 +123,7 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
     ...sandboxByIdRoutes,
     ...lifecycleRoutes,
     ...logRoutes,
+    ...snapshotRoutes,
   );
   return async (req, res) => {
     const t0 = performance.now();

@@ -37,6 +37,7 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
     ...(metadata ? { metadata } : {}),
     ...(envVars ? { envVars } : {}),
     ...(autoPause !== undefined ? { autoPause } : {}),
+    ...(autoPauseMemory !== undefined ? { autoPauseMemory } : {}),
     ...(autoResume !== undefined ? { autoResume } : {}),
     ...(allowInternetAccess !== undefined ? { allowInternetAccess } : {}),
     ...(network ? { network } : {}),
@@ -47,7 +48,8 @@ function create(v2: boolean) {
   return async ({ req, res, deps, note }: RestContext): Promise<void> => {
     const input = parseNewSandbox(await readJsonObject(req), v2);
     const started = performance.now();
-    const rec = await deps.manager.create(input);
+    // A snapshot's id or name as templateID: a sandbox on its files (as E2B, where snapshots are templates).
+    const rec = await (deps.snapshots?.names(input.templateId) ? deps.snapshots.createSandbox(input) : deps.manager.create(input));
     if (note) note.sandboxId = rec.id;
     deps.metrics.observeCreate((performance.now() - started) / 1000);
     sendJson(res, 201, toSandbox(rec, deps.publicDomain));

@@ -2,7 +2,8 @@ import type { ChildProcess } from "node:child_process";
 import { readFileSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
-import type { Instance, InstanceStats } from "../runtime.js";
+import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
+import { copyImage, snapshotDiskPath, syncSandboxFs } from "./disk-snapshot.js";
 import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
 import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signalPids, waitFor } from "./procfs.js";
@@ -230,6 +231,25 @@ export class ProcessInstance implements Instance {
     // The init too: its mounts (the disk's loop device) go with the last process of its namespace.
     if (this.o.initPid) await waitFor(() => !isRunning(this.o.initPid!, this.o.initStartTime), 5_000, 2);
     await this.release();
+  }
+
+  /** Sandbox mode keeps the writable layer in its own image: that can be snapshotted. */
+  snapshotKinds(): SnapshotKind[] {
+    return this.o.mode === "sandbox" && this.o.initPid ? ["filesystem"] : [];
+  }
+
+  /** Filesystem-only: frozen (unless paused already), flushed, its image copied, thawed. */
+  async snapshot(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void> {
+    if (opts.kind !== "filesystem" || !this.snapshotKinds().includes(opts.kind)) {
+      throw new Error(`this sandbox cannot take a ${opts.kind} snapshot (it can take: ${this.snapshotKinds().join(", ") || "none"})`);
+    }
+    if (!opts.paused) await this.pause();
+    try {
+      await syncSandboxFs(this.o.initPid!);
+      await copyImage(this.o.layout.disk, snapshotDiskPath(dest));
+    } finally {
+      if (!opts.paused) await this.resume();
+    }
   }
 
   /**

@@ -3,7 +3,8 @@ import { closeSync, mkdirSync, chmodSync, openSync, rmSync, writeFileSync } from
 import { cpus } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import type { InstanceSpec, Runtime } from "../runtime.js";
+import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
+import { copyImage, snapshotDiskPath } from "./disk-snapshot.js";
 import { findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
 import { probeHost, runtimePaths, type HostCapabilities } from "./capabilities.js";
@@ -100,8 +101,16 @@ export class ProcessRuntime implements Runtime {
     return this.createHosted(spec, caps);
   }
 
+  /** A sandbox on a copy of a filesystem snapshot's writable layer (sandbox mode only). */
+  async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<ProcessInstance> {
+    const caps = await this.capabilities();
+    if (from.kind !== "filesystem") throw new Error(`the process runtime cannot start from a ${from.kind} snapshot`);
+    if (caps.mode !== "sandbox") throw new Error("snapshots need the server to run as root (sandbox mode)");
+    return this.createSandbox(spec, caps, from);
+  }
+
   /** Sandbox mode: the template's root, its own disk, namespaces and network, started by the launcher. */
-  private async createSandbox(spec: InstanceSpec, caps: HostCapabilities): Promise<ProcessInstance> {
+  private async createSandbox(spec: InstanceSpec, caps: HostCapabilities, from?: SnapshotSource): Promise<ProcessInstance> {
     if (caps.missing) throw new Error(`cannot start a sandbox: ${caps.missing}`);
     const image = findTemplateImage(spec.templateId, this.opts.imagesDir ?? imagesDir());
     if (!image) throw new Error(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
@@ -115,7 +124,8 @@ export class ProcessRuntime implements Runtime {
     let launched: Awaited<ReturnType<typeof launchSandbox>> | undefined;
     let net: NetRecord | undefined;
     try {
-      await createDisk(layout.disk, spec.diskSizeMB);
+      if (from) await copyImage(snapshotDiskPath(from.dir), layout.disk);
+      else await createDisk(layout.disk, spec.diskSizeMB);
       cgroup = this.makeCgroup(spec, caps, cpuCount);
       launched = await launchSandbox({
         initBinary: join(image.rootfsDir, GUEST.init.slice(1)),

@@ -2,7 +2,8 @@ import type { ChildProcess } from "node:child_process";
 import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
-import type { Instance, InstanceStats } from "../runtime.js";
+import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
+import { backupDisk } from "./disk-snapshot.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
 import type { EgressPolicy } from "../net/policy.js";
@@ -119,6 +120,17 @@ export class QemuInstance implements Instance {
     await this.o.qmp.execute("cont");
     const status = await this.o.qmp.status();
     if (status !== "running") throw new Error(`QEMU reports '${status}' after cont`);
+  }
+
+  /** Filesystem-only (its disk overlay); QEMU cannot migrate a VM with vhost-user vsock, so no memory. */
+  snapshotKinds(): SnapshotKind[] {
+    return ["filesystem"];
+  }
+
+  /** The overlay copied by QEMU at one instant, running or paused: no host traffic reaches the vsock. */
+  async snapshot(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void> {
+    if (opts.kind !== "filesystem") throw new Error(`a QEMU microVM cannot take a ${opts.kind} snapshot (it can take: filesystem)`);
+    await backupDisk(this.o.qmp, dest);
   }
 
   async kill(): Promise<void> {

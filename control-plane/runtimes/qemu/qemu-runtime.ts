@@ -4,7 +4,9 @@ import { delimiter, join } from "node:path";
 import type { Logger } from "pino";
 import { accelFor } from "../../host/checks.js";
 import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
-import type { InstanceSpec, Runtime } from "../runtime.js";
+import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
+import { copyImage } from "../process/disk-snapshot.js";
+import { missingBacking, snapshotDiskPath } from "./disk-snapshot.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
@@ -116,7 +118,15 @@ export class QemuRuntime implements Runtime {
     return notes;
   }
 
-  async create(spec: InstanceSpec): Promise<QemuInstance> {
+  /** A VM booting on a copy of a filesystem snapshot's overlay (its backing file is still the template's image). */
+  async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<QemuInstance> {
+    if (from.kind !== "filesystem") throw new Error(`the qemu runtime cannot start from a ${from.kind} snapshot`);
+    const problem = missingBacking((await this.resolveTools()).qemuImg, snapshotDiskPath(from.dir));
+    if (problem) throw new Error(problem);
+    return this.create(spec, snapshotDiskPath(from.dir));
+  }
+
+  async create(spec: InstanceSpec, fromDisk?: string): Promise<QemuInstance> {
     const t = await this.resolveTools();
     const image = findTemplateImage(spec.templateId, this.images());
     if (!image) {
@@ -125,8 +135,11 @@ export class QemuRuntime implements Runtime {
     const layout = vmLayout(spec.dir);
     mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
     for (const p of [layout.vhostUser, layout.vsock, layout.qmp]) rmSync(p, { force: true });
-    const img = spawnSync(t.qemuImg, ["create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfsImage, layout.disk], { encoding: "utf8" });
-    if (img.status !== 0) throw new Error(`cannot create the sandbox's disk overlay: ${(img.stderr || img.error?.message || "").trim()}`);
+    if (fromDisk) await copyImage(fromDisk, layout.disk);
+    else {
+      const img = spawnSync(t.qemuImg, ["create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfsImage, layout.disk], { encoding: "utf8" });
+      if (img.status !== 0) throw new Error(`cannot create the sandbox's disk overlay: ${(img.stderr || img.error?.message || "").trim()}`);
+    }
     // Emulated SMP is slower than one vCPU on small hosts (vm-notes: -smp 1 won on every measure).
     const tcgCpus = Number(process.env.LOCALE2B_QEMU_TCG_CPUS) || 1;
     const cpuCount = Math.max(1, t.accel === "tcg" ? Math.min(spec.cpuCount, tcgCpus) : spec.cpuCount);

@@ -414,8 +414,9 @@ func (x *Sandbox) GetWorkspaceId() string {
 }
 
 type CreateSandboxRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	TemplateId string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A template, or a snapshot's id or name (`name`, `local/name`, `name:tag`).
+	TemplateId string `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
 	// Seconds until the sandbox times out; 0 means the server default (300).
 	TimeoutSeconds uint32            `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Metadata       map[string]string `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -786,8 +787,12 @@ func (x *ListSandboxesResponse) GetNextPageToken() string {
 }
 
 type PauseSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// false: pause to disk, files only (E2B's filesystem-only pause; a resume
+	// starts fresh processes); INVALID_ARGUMENT where the runtime cannot.
+	// Unset or true: in memory.
+	Memory        *bool `protobuf:"varint,2,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +832,13 @@ func (x *PauseSandboxRequest) GetSandboxId() string {
 		return x.SandboxId
 	}
 	return ""
+}
+
+func (x *PauseSandboxRequest) GetMemory() bool {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return false
 }
 
 type PauseSandboxResponse struct {
@@ -870,8 +882,11 @@ type ResumeSandboxRequest struct {
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// Seconds until the sandbox times out; 0 means the server default (300).
 	TimeoutSeconds uint32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// false: a sandbox paused in memory is cold-booted from its files instead
+	// (E2B's onResume 'reboot').
+	Memory        *bool `protobuf:"varint,3,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResumeSandboxRequest) Reset() {
@@ -916,6 +931,13 @@ func (x *ResumeSandboxRequest) GetTimeoutSeconds() uint32 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *ResumeSandboxRequest) GetMemory() bool {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return false
 }
 
 type ResumeSandboxResponse struct {
@@ -1455,6 +1477,615 @@ func (x *SandboxActivity) GetPort() uint32 {
 	return 0
 }
 
+// A snapshot: E2B models one as a template build.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// E2B's snapshotID: `local/<name>:<tag>` when named, else `<id>:<tag>`.
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Full names (namespace and tag); empty when unnamed.
+	Names []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Id    string   `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	Tag   string   `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
+	Name  string   `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The sandbox it was taken from, and that sandbox's template and runtime.
+	SandboxId  string `protobuf:"bytes,6,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	TemplateId string `protobuf:"bytes,7,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	Runtime    string `protobuf:"bytes,8,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// "filesystem" (sandboxes from it start fresh processes on its files) or "memory".
+	Kind          string                 `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	SizeBytes     uint64                 `protobuf:"varint,11,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Snapshot) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *Snapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Snapshot) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+type CreateSnapshotRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Optional `name[:tag]`; a name that exists gets this new build.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// true: a memory snapshot; false: filesystem-only; unset: the best the runtime takes.
+	Memory        *bool `protobuf:"varint,3,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateSnapshotRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetMemory() bool {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return false
+}
+
+type CreateSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only snapshots of this sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Only snapshots with this id or name (a tag, when given, must match too).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Page size: 0 means 100; at most 1000.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListSnapshotsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListSnapshotsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListSnapshotsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *ListSnapshotsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type DeleteSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A snapshot's id or name, as CreateSandbox takes it.
+	SnapshotId    string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+type ForkSandboxRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Seconds until the forks time out; 0 means 15 (E2B's default).
+	TimeoutSeconds uint32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// 0 means 1; at most 100.
+	Count         uint32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxRequest) Reset() {
+	*x = ForkSandboxRequest{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxRequest) ProtoMessage() {}
+
+func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ForkSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ForkSandboxRequest) GetTimeoutSeconds() uint32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ForkSandboxRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ForkResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when the fork started.
+	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Set when it did not: the Connect code's name (e.g. "resource_exhausted") and why.
+	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResult) Reset() {
+	*x = ForkResult{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResult) ProtoMessage() {}
+
+func (x *ForkResult) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
+func (*ForkResult) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ForkResult) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *ForkResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ForkResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type ForkSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested fork, in order.
+	Results       []*ForkResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxResponse) Reset() {
+	*x = ForkSandboxResponse{}
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxResponse) ProtoMessage() {}
+
+func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_locale2b_controlplane_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ForkSandboxResponse) GetResults() []*ForkResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_locale2b_controlplane_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
@@ -1533,15 +2164,19 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
 	"\x15ListSandboxesResponse\x12?\n" +
 	"\tsandboxes\x18\x01 \x03(\v2!.locale2b.controlplane.v1.SandboxR\tsandboxes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"4\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
 	"\x13PauseSandboxRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x16\n" +
-	"\x14PauseSandboxResponse\"^\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1b\n" +
+	"\x06memory\x18\x02 \x01(\bH\x00R\x06memory\x88\x01\x01B\t\n" +
+	"\a_memory\"\x16\n" +
+	"\x14PauseSandboxResponse\"\x86\x01\n" +
 	"\x14ResumeSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\"n\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\x12\x1b\n" +
+	"\x06memory\x18\x03 \x01(\bH\x00R\x06memory\x88\x01\x01B\t\n" +
+	"\a_memory\"n\n" +
 	"\x15ResumeSandboxResponse\x12;\n" +
 	"\asandbox\x18\x01 \x01(\v2!.locale2b.controlplane.v1.SandboxR\asandbox\x12\x18\n" +
 	"\aresumed\x18\x02 \x01(\bR\aresumed\"3\n" +
@@ -1594,7 +2229,60 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"_exit_codeB\x0e\n" +
 	"\f_duration_msB\b\n" +
-	"\x06_bytes*\xcf\x01\n" +
+	"\x06_bytes\"\xbf\x02\n" +
+	"\bSnapshot\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x10\n" +
+	"\x03tag\x18\x04 \x01(\tR\x03tag\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x06 \x01(\tR\tsandboxId\x12\x1f\n" +
+	"\vtemplate_id\x18\a \x01(\tR\n" +
+	"templateId\x12\x18\n" +
+	"\aruntime\x18\b \x01(\tR\aruntime\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\v \x01(\x04R\tsizeBytes\"r\n" +
+	"\x15CreateSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\x06memory\x18\x03 \x01(\bH\x00R\x06memory\x88\x01\x01B\t\n" +
+	"\a_memory\"X\n" +
+	"\x16CreateSnapshotResponse\x12>\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\".locale2b.controlplane.v1.SnapshotR\bsnapshot\"~\n" +
+	"\x14ListSnapshotsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x81\x01\n" +
+	"\x15ListSnapshotsResponse\x12@\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\".locale2b.controlplane.v1.SnapshotR\tsnapshots\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"8\n" +
+	"\x15DeleteSnapshotRequest\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"r\n" +
+	"\x12ForkSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12'\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"\x8d\x01\n" +
+	"\n" +
+	"ForkResult\x12;\n" +
+	"\asandbox\x18\x01 \x01(\v2!.locale2b.controlplane.v1.SandboxR\asandbox\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"U\n" +
+	"\x13ForkSandboxResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.locale2b.controlplane.v1.ForkResultR\aresults*\xcf\x01\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SANDBOX_STATE_CREATING\x10\x01\x12\x19\n" +
@@ -1621,7 +2309,8 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\x1cSANDBOX_EVENT_TYPE_FILE_READ\x10\n" +
 	"\x12#\n" +
 	"\x1fSANDBOX_EVENT_TYPE_FILE_WRITTEN\x10\v\x12&\n" +
-	"\"SANDBOX_EVENT_TYPE_NETWORK_REQUEST\x10\f2\xac\a\n" +
+	"\"SANDBOX_EVENT_TYPE_NETWORK_REQUEST\x10\f2\xf4\n" +
+	"\n" +
 	"\x0eSandboxService\x12p\n" +
 	"\rCreateSandbox\x12..locale2b.controlplane.v1.CreateSandboxRequest\x1a/.locale2b.controlplane.v1.CreateSandboxResponse\x12g\n" +
 	"\n" +
@@ -1631,7 +2320,11 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"\rResumeSandbox\x12..locale2b.controlplane.v1.ResumeSandboxRequest\x1a/.locale2b.controlplane.v1.ResumeSandboxResponse\x12j\n" +
 	"\vKillSandbox\x12,.locale2b.controlplane.v1.KillSandboxRequest\x1a-.locale2b.controlplane.v1.KillSandboxResponse\x12|\n" +
 	"\x11SetSandboxTimeout\x122.locale2b.controlplane.v1.SetSandboxTimeoutRequest\x1a3.locale2b.controlplane.v1.SetSandboxTimeoutResponse\x12\x81\x01\n" +
-	"\x12WatchSandboxEvents\x123.locale2b.controlplane.v1.WatchSandboxEventsRequest\x1a4.locale2b.controlplane.v1.WatchSandboxEventsResponse0\x01BMZKgithub.com/locale2b/locale2b/gen/go/locale2b/controlplane/v1;controlplanev1b\x06proto3"
+	"\x12WatchSandboxEvents\x123.locale2b.controlplane.v1.WatchSandboxEventsRequest\x1a4.locale2b.controlplane.v1.WatchSandboxEventsResponse0\x01\x12s\n" +
+	"\x0eCreateSnapshot\x12/.locale2b.controlplane.v1.CreateSnapshotRequest\x1a0.locale2b.controlplane.v1.CreateSnapshotResponse\x12p\n" +
+	"\rListSnapshots\x12..locale2b.controlplane.v1.ListSnapshotsRequest\x1a/.locale2b.controlplane.v1.ListSnapshotsResponse\x12s\n" +
+	"\x0eDeleteSnapshot\x12/.locale2b.controlplane.v1.DeleteSnapshotRequest\x1a0.locale2b.controlplane.v1.DeleteSnapshotResponse\x12j\n" +
+	"\vForkSandbox\x12,.locale2b.controlplane.v1.ForkSandboxRequest\x1a-.locale2b.controlplane.v1.ForkSandboxResponseBMZKgithub.com/locale2b/locale2b/gen/go/locale2b/controlplane/v1;controlplanev1b\x06proto3"
 
 var (
 	file_locale2b_controlplane_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1646,7 +2339,7 @@ func file_locale2b_controlplane_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_locale2b_controlplane_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_locale2b_controlplane_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_locale2b_controlplane_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_locale2b_controlplane_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                  // 0: locale2b.controlplane.v1.SandboxState
 	(TimeoutAction)(0),                 // 1: locale2b.controlplane.v1.TimeoutAction
@@ -1669,55 +2362,78 @@ var file_locale2b_controlplane_v1_sandbox_proto_goTypes = []any{
 	(*WatchSandboxEventsRequest)(nil),  // 18: locale2b.controlplane.v1.WatchSandboxEventsRequest
 	(*WatchSandboxEventsResponse)(nil), // 19: locale2b.controlplane.v1.WatchSandboxEventsResponse
 	(*SandboxActivity)(nil),            // 20: locale2b.controlplane.v1.SandboxActivity
-	nil,                                // 21: locale2b.controlplane.v1.Sandbox.MetadataEntry
-	nil,                                // 22: locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
-	nil,                                // 23: locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
-	nil,                                // 24: locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                // 25: locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
-	(*timestamppb.Timestamp)(nil),      // 26: google.protobuf.Timestamp
+	(*Snapshot)(nil),                   // 21: locale2b.controlplane.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),      // 22: locale2b.controlplane.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),     // 23: locale2b.controlplane.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),       // 24: locale2b.controlplane.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),      // 25: locale2b.controlplane.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),      // 26: locale2b.controlplane.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),     // 27: locale2b.controlplane.v1.DeleteSnapshotResponse
+	(*ForkSandboxRequest)(nil),         // 28: locale2b.controlplane.v1.ForkSandboxRequest
+	(*ForkResult)(nil),                 // 29: locale2b.controlplane.v1.ForkResult
+	(*ForkSandboxResponse)(nil),        // 30: locale2b.controlplane.v1.ForkSandboxResponse
+	nil,                                // 31: locale2b.controlplane.v1.Sandbox.MetadataEntry
+	nil,                                // 32: locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
+	nil,                                // 33: locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
+	nil,                                // 34: locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                // 35: locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
+	(*timestamppb.Timestamp)(nil),      // 36: google.protobuf.Timestamp
 }
 var file_locale2b_controlplane_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: locale2b.controlplane.v1.Sandbox.state:type_name -> locale2b.controlplane.v1.SandboxState
-	21, // 1: locale2b.controlplane.v1.Sandbox.metadata:type_name -> locale2b.controlplane.v1.Sandbox.MetadataEntry
-	26, // 2: locale2b.controlplane.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	26, // 3: locale2b.controlplane.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	31, // 1: locale2b.controlplane.v1.Sandbox.metadata:type_name -> locale2b.controlplane.v1.Sandbox.MetadataEntry
+	36, // 2: locale2b.controlplane.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	36, // 3: locale2b.controlplane.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: locale2b.controlplane.v1.Sandbox.on_timeout:type_name -> locale2b.controlplane.v1.TimeoutAction
-	22, // 5: locale2b.controlplane.v1.CreateSandboxRequest.metadata:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
-	23, // 6: locale2b.controlplane.v1.CreateSandboxRequest.env_vars:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
+	32, // 5: locale2b.controlplane.v1.CreateSandboxRequest.metadata:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.MetadataEntry
+	33, // 6: locale2b.controlplane.v1.CreateSandboxRequest.env_vars:type_name -> locale2b.controlplane.v1.CreateSandboxRequest.EnvVarsEntry
 	1,  // 7: locale2b.controlplane.v1.CreateSandboxRequest.on_timeout:type_name -> locale2b.controlplane.v1.TimeoutAction
 	3,  // 8: locale2b.controlplane.v1.CreateSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
 	3,  // 9: locale2b.controlplane.v1.GetSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
 	0,  // 10: locale2b.controlplane.v1.ListSandboxesRequest.states:type_name -> locale2b.controlplane.v1.SandboxState
-	24, // 11: locale2b.controlplane.v1.ListSandboxesRequest.metadata:type_name -> locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
+	34, // 11: locale2b.controlplane.v1.ListSandboxesRequest.metadata:type_name -> locale2b.controlplane.v1.ListSandboxesRequest.MetadataEntry
 	3,  // 12: locale2b.controlplane.v1.ListSandboxesResponse.sandboxes:type_name -> locale2b.controlplane.v1.Sandbox
 	3,  // 13: locale2b.controlplane.v1.ResumeSandboxResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
-	26, // 14: locale2b.controlplane.v1.SetSandboxTimeoutResponse.end_at:type_name -> google.protobuf.Timestamp
-	25, // 15: locale2b.controlplane.v1.WatchSandboxEventsRequest.metadata:type_name -> locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
+	36, // 14: locale2b.controlplane.v1.SetSandboxTimeoutResponse.end_at:type_name -> google.protobuf.Timestamp
+	35, // 15: locale2b.controlplane.v1.WatchSandboxEventsRequest.metadata:type_name -> locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntry
 	2,  // 16: locale2b.controlplane.v1.WatchSandboxEventsResponse.type:type_name -> locale2b.controlplane.v1.SandboxEventType
 	3,  // 17: locale2b.controlplane.v1.WatchSandboxEventsResponse.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
-	26, // 18: locale2b.controlplane.v1.WatchSandboxEventsResponse.time:type_name -> google.protobuf.Timestamp
+	36, // 18: locale2b.controlplane.v1.WatchSandboxEventsResponse.time:type_name -> google.protobuf.Timestamp
 	20, // 19: locale2b.controlplane.v1.WatchSandboxEventsResponse.activity:type_name -> locale2b.controlplane.v1.SandboxActivity
-	4,  // 20: locale2b.controlplane.v1.SandboxService.CreateSandbox:input_type -> locale2b.controlplane.v1.CreateSandboxRequest
-	6,  // 21: locale2b.controlplane.v1.SandboxService.GetSandbox:input_type -> locale2b.controlplane.v1.GetSandboxRequest
-	8,  // 22: locale2b.controlplane.v1.SandboxService.ListSandboxes:input_type -> locale2b.controlplane.v1.ListSandboxesRequest
-	10, // 23: locale2b.controlplane.v1.SandboxService.PauseSandbox:input_type -> locale2b.controlplane.v1.PauseSandboxRequest
-	12, // 24: locale2b.controlplane.v1.SandboxService.ResumeSandbox:input_type -> locale2b.controlplane.v1.ResumeSandboxRequest
-	14, // 25: locale2b.controlplane.v1.SandboxService.KillSandbox:input_type -> locale2b.controlplane.v1.KillSandboxRequest
-	16, // 26: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:input_type -> locale2b.controlplane.v1.SetSandboxTimeoutRequest
-	18, // 27: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:input_type -> locale2b.controlplane.v1.WatchSandboxEventsRequest
-	5,  // 28: locale2b.controlplane.v1.SandboxService.CreateSandbox:output_type -> locale2b.controlplane.v1.CreateSandboxResponse
-	7,  // 29: locale2b.controlplane.v1.SandboxService.GetSandbox:output_type -> locale2b.controlplane.v1.GetSandboxResponse
-	9,  // 30: locale2b.controlplane.v1.SandboxService.ListSandboxes:output_type -> locale2b.controlplane.v1.ListSandboxesResponse
-	11, // 31: locale2b.controlplane.v1.SandboxService.PauseSandbox:output_type -> locale2b.controlplane.v1.PauseSandboxResponse
-	13, // 32: locale2b.controlplane.v1.SandboxService.ResumeSandbox:output_type -> locale2b.controlplane.v1.ResumeSandboxResponse
-	15, // 33: locale2b.controlplane.v1.SandboxService.KillSandbox:output_type -> locale2b.controlplane.v1.KillSandboxResponse
-	17, // 34: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:output_type -> locale2b.controlplane.v1.SetSandboxTimeoutResponse
-	19, // 35: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:output_type -> locale2b.controlplane.v1.WatchSandboxEventsResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	36, // 20: locale2b.controlplane.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	21, // 21: locale2b.controlplane.v1.CreateSnapshotResponse.snapshot:type_name -> locale2b.controlplane.v1.Snapshot
+	21, // 22: locale2b.controlplane.v1.ListSnapshotsResponse.snapshots:type_name -> locale2b.controlplane.v1.Snapshot
+	3,  // 23: locale2b.controlplane.v1.ForkResult.sandbox:type_name -> locale2b.controlplane.v1.Sandbox
+	29, // 24: locale2b.controlplane.v1.ForkSandboxResponse.results:type_name -> locale2b.controlplane.v1.ForkResult
+	4,  // 25: locale2b.controlplane.v1.SandboxService.CreateSandbox:input_type -> locale2b.controlplane.v1.CreateSandboxRequest
+	6,  // 26: locale2b.controlplane.v1.SandboxService.GetSandbox:input_type -> locale2b.controlplane.v1.GetSandboxRequest
+	8,  // 27: locale2b.controlplane.v1.SandboxService.ListSandboxes:input_type -> locale2b.controlplane.v1.ListSandboxesRequest
+	10, // 28: locale2b.controlplane.v1.SandboxService.PauseSandbox:input_type -> locale2b.controlplane.v1.PauseSandboxRequest
+	12, // 29: locale2b.controlplane.v1.SandboxService.ResumeSandbox:input_type -> locale2b.controlplane.v1.ResumeSandboxRequest
+	14, // 30: locale2b.controlplane.v1.SandboxService.KillSandbox:input_type -> locale2b.controlplane.v1.KillSandboxRequest
+	16, // 31: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:input_type -> locale2b.controlplane.v1.SetSandboxTimeoutRequest
+	18, // 32: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:input_type -> locale2b.controlplane.v1.WatchSandboxEventsRequest
+	22, // 33: locale2b.controlplane.v1.SandboxService.CreateSnapshot:input_type -> locale2b.controlplane.v1.CreateSnapshotRequest
+	24, // 34: locale2b.controlplane.v1.SandboxService.ListSnapshots:input_type -> locale2b.controlplane.v1.ListSnapshotsRequest
+	26, // 35: locale2b.controlplane.v1.SandboxService.DeleteSnapshot:input_type -> locale2b.controlplane.v1.DeleteSnapshotRequest
+	28, // 36: locale2b.controlplane.v1.SandboxService.ForkSandbox:input_type -> locale2b.controlplane.v1.ForkSandboxRequest
+	5,  // 37: locale2b.controlplane.v1.SandboxService.CreateSandbox:output_type -> locale2b.controlplane.v1.CreateSandboxResponse
+	7,  // 38: locale2b.controlplane.v1.SandboxService.GetSandbox:output_type -> locale2b.controlplane.v1.GetSandboxResponse
+	9,  // 39: locale2b.controlplane.v1.SandboxService.ListSandboxes:output_type -> locale2b.controlplane.v1.ListSandboxesResponse
+	11, // 40: locale2b.controlplane.v1.SandboxService.PauseSandbox:output_type -> locale2b.controlplane.v1.PauseSandboxResponse
+	13, // 41: locale2b.controlplane.v1.SandboxService.ResumeSandbox:output_type -> locale2b.controlplane.v1.ResumeSandboxResponse
+	15, // 42: locale2b.controlplane.v1.SandboxService.KillSandbox:output_type -> locale2b.controlplane.v1.KillSandboxResponse
+	17, // 43: locale2b.controlplane.v1.SandboxService.SetSandboxTimeout:output_type -> locale2b.controlplane.v1.SetSandboxTimeoutResponse
+	19, // 44: locale2b.controlplane.v1.SandboxService.WatchSandboxEvents:output_type -> locale2b.controlplane.v1.WatchSandboxEventsResponse
+	23, // 45: locale2b.controlplane.v1.SandboxService.CreateSnapshot:output_type -> locale2b.controlplane.v1.CreateSnapshotResponse
+	25, // 46: locale2b.controlplane.v1.SandboxService.ListSnapshots:output_type -> locale2b.controlplane.v1.ListSnapshotsResponse
+	27, // 47: locale2b.controlplane.v1.SandboxService.DeleteSnapshot:output_type -> locale2b.controlplane.v1.DeleteSnapshotResponse
+	30, // 48: locale2b.controlplane.v1.SandboxService.ForkSandbox:output_type -> locale2b.controlplane.v1.ForkSandboxResponse
+	37, // [37:49] is the sub-list for method output_type
+	25, // [25:37] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_locale2b_controlplane_v1_sandbox_proto_init() }
@@ -1726,14 +2442,17 @@ func file_locale2b_controlplane_v1_sandbox_proto_init() {
 		return
 	}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[7].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_locale2b_controlplane_v1_sandbox_proto_rawDesc), len(file_locale2b_controlplane_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

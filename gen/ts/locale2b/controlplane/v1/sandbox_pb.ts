@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file locale2b/controlplane/v1/sandbox.proto.
  */
 export const file_locale2b_controlplane_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("CiZsb2NhbGUyYi9jb250cm9scGxhbmUvdjEvc2FuZGJveC5wcm90bxIYbG9jYWxlMmIuY29udHJvbHBsYW5lLnYxIuEECgdTYW5kYm94EhIKCnNhbmRib3hfaWQYASABKAkSEwoLdGVtcGxhdGVfaWQYAiABKAkSNQoFc3RhdGUYAyABKA4yJi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveFN0YXRlEkEKCG1ldGFkYXRhGAQgAygLMi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3guTWV0YWRhdGFFbnRyeRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZlbmRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWNwdV9jb3VudBgHIAEoDRIRCgltZW1vcnlfbWIYCCABKA0SFAoMZGlza19zaXplX21iGAkgASgNEhQKDGVudmRfdmVyc2lvbhgKIAEoCRIZChFlbnZkX2FjY2Vzc190b2tlbhgLIAEoCRI7Cgpvbl90aW1lb3V0GAwgASgOMicubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlRpbWVvdXRBY3Rpb24SDwoHcnVudGltZRgNIAEoCRITCgthdXRvX3Jlc3VtZRgOIAEoCBIdChVhbGxvd19pbnRlcm5ldF9hY2Nlc3MYDyABKAgSDQoFYWxpYXMYECABKAkSEgoKZW5kX3JlYXNvbhgRIAEoCRIUCgx3b3Jrc3BhY2VfaWQYEiABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrUEChRDcmVhdGVTYW5kYm94UmVxdWVzdBITCgt0ZW1wbGF0ZV9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0STgoIbWV0YWRhdGEYAyADKAsyPC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuTWV0YWRhdGFFbnRyeRJNCghlbnZfdmFycxgEIAMoCzI7LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5DcmVhdGVTYW5kYm94UmVxdWVzdC5FbnZWYXJzRW50cnkSOwoKb25fdGltZW91dBgFIAEoDjInLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5UaW1lb3V0QWN0aW9uEhYKCWNwdV9jb3VudBgGIAEoDUgAiAEBEhYKCW1lbW9yeV9tYhgHIAEoDUgBiAEBEhgKC2F1dG9fcmVzdW1lGAggASgISAKIAQESIgoVYWxsb3dfaW50ZXJuZXRfYWNjZXNzGAkgASgISAOIAQEaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi4KDEVudlZhcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgwKCl9jcHVfY291bnRCDAoKX21lbW9yeV9tYkIOCgxfYXV0b19yZXN1bWVCGAoWX2FsbG93X2ludGVybmV0X2FjY2VzcyJLChVDcmVhdGVTYW5kYm94UmVzcG9uc2USMgoHc2FuZGJveBgBIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiSAoSR2V0U2FuZGJveFJlc3BvbnNlEjIKB3NhbmRib3gYASABKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveCLyAQoUTGlzdFNhbmRib3hlc1JlcXVlc3QSNgoGc3RhdGVzGAEgAygOMiYubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3hTdGF0ZRJOCghtZXRhZGF0YRgCIAMoCzI8LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5NZXRhZGF0YUVudHJ5Eg0KBWxpbWl0GAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImYKFUxpc3RTYW5kYm94ZXNSZXNwb25zZRI0CglzYW5kYm94ZXMYASADKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKQoTUGF1c2VTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJIhYKFFBhdXNlU2FuZGJveFJlc3BvbnNlIkMKFFJlc3VtZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSFwoPdGltZW91dF9zZWNvbmRzGAIgASgNIlwKFVJlc3VtZVNhbmRib3hSZXNwb25zZRIyCgdzYW5kYm94GAEgASgLMiEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3gSDwoHcmVzdW1lZBgCIAEoCCIoChJLaWxsU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCSIVChNLaWxsU2FuZGJveFJlc3BvbnNlIkcKGFNldFNhbmRib3hUaW1lb3V0UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEhcKD3RpbWVvdXRfc2Vjb25kcxgCIAEoDSJHChlTZXRTYW5kYm94VGltZW91dFJlc3BvbnNlEioKBmVuZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKGVdhdGNoU2FuZGJveEV2ZW50c1JlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRJTCghtZXRhZGF0YRgCIAMoCzJBLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5XYXRjaFNhbmRib3hFdmVudHNSZXF1ZXN0Lk1ldGFkYXRhRW50cnkSEwoLZXZlbnRfdHlwZXMYAyADKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqUCChpXYXRjaFNhbmRib3hFdmVudHNSZXNwb25zZRI4CgR0eXBlGAEgASgOMioubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3hFdmVudFR5cGUSMgoHc2FuZGJveBgCIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94EigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmV2ZW50X3R5cGUYBCABKAkSEgoKc2FuZGJveF9pZBgFIAEoCRI7CghhY3Rpdml0eRgGIAEoCzIpLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94QWN0aXZpdHkSCgoCaWQYByABKAQingIKD1NhbmRib3hBY3Rpdml0eRISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSCwoDcGlkGAMgASgNEhYKCWV4aXRfY29kZRgEIAEoEUgAiAEBEhgKC2R1cmF0aW9uX21zGAUgASgESAGIAQESDAoEcGF0aBgGIAEoCRISCgVieXRlcxgHIAEoBEgCiAEBEg0KBWVycm9yGAggASgJEgsKA2N3ZBgJIAEoCRIMCgR1c2VyGAogASgJEhAKCHByb3RvY29sGAsgASgJEhMKC2Rlc3RpbmF0aW9uGAwgASgJEgwKBHBvcnQYDSABKA1CDAoKX2V4aXRfY29kZUIOCgxfZHVyYXRpb25fbXNCCAoGX2J5dGVzKs8BCgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFlNBTkRCT1hfU1RBVEVfQ1JFQVRJTkcQARIZChVTQU5EQk9YX1NUQVRFX1JVTk5JTkcQAhIZChVTQU5EQk9YX1NUQVRFX1BBVVNJTkcQAxIYChRTQU5EQk9YX1NUQVRFX1BBVVNFRBAEEhoKFlNBTkRCT1hfU1RBVEVfUkVTVU1JTkcQBRIYChRTQU5EQk9YX1NUQVRFX0tJTExFRBAGKmIKDVRpbWVvdXRBY3Rpb24SHgoaVElNRU9VVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIXChNUSU1FT1VUX0FDVElPTl9LSUxMEAESGAoUVElNRU9VVF9BQ1RJT05fUEFVU0UQAirYAwoQU2FuZGJveEV2ZW50VHlwZRIiCh5TQU5EQk9YX0VWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpTQU5EQk9YX0VWRU5UX1RZUEVfQ1JFQVRFRBABEh0KGVNBTkRCT1hfRVZFTlRfVFlQRV9QQVVTRUQQAhIeChpTQU5EQk9YX0VWRU5UX1RZUEVfUkVTVU1FRBADEh0KGVNBTkRCT1hfRVZFTlRfVFlQRV9LSUxMRUQQBBIgChxTQU5EQk9YX0VWRU5UX1RZUEVfVElNRURfT1VUEAUSIQodU0FOREJPWF9FVkVOVF9UWVBFX1NVQlNDUklCRUQQBhIjCh9TQU5EQk9YX0VWRU5UX1RZUEVfRVhFQ19TVEFSVEVEEAcSJQohU0FOREJPWF9FVkVOVF9UWVBFX0VYRUNfQ09NUExFVEVEEAgSIgoeU0FOREJPWF9FVkVOVF9UWVBFX0VYRUNfRkFJTEVEEAkSIAocU0FOREJPWF9FVkVOVF9UWVBFX0ZJTEVfUkVBRBAKEiMKH1NBTkRCT1hfRVZFTlRfVFlQRV9GSUxFX1dSSVRURU4QCxImCiJTQU5EQk9YX0VWRU5UX1RZUEVfTkVUV09SS19SRVFVRVNUEAwyrAcKDlNhbmRib3hTZXJ2aWNlEnAKDUNyZWF0ZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlc3BvbnNlEmcKCkdldFNhbmRib3gSKy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlcXVlc3QaLC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlc3BvbnNlEnAKDUxpc3RTYW5kYm94ZXMSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEm0KDFBhdXNlU2FuZGJveBItLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5QYXVzZVNhbmRib3hSZXF1ZXN0Gi4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlBhdXNlU2FuZGJveFJlc3BvbnNlEnAKDVJlc3VtZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlc3BvbnNlEmoKC0tpbGxTYW5kYm94EiwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLktpbGxTYW5kYm94UmVxdWVzdBotLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5LaWxsU2FuZGJveFJlc3BvbnNlEnwKEVNldFNhbmRib3hUaW1lb3V0EjIubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNldFNhbmRib3hUaW1lb3V0UmVxdWVzdBozLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TZXRTYW5kYm94VGltZW91dFJlc3BvbnNlEoEBChJXYXRjaFNhbmRib3hFdmVudHMSMy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuV2F0Y2hTYW5kYm94RXZlbnRzUmVxdWVzdBo0LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5XYXRjaFNhbmRib3hFdmVudHNSZXNwb25zZTABQk1aS2dpdGh1Yi5jb20vbG9jYWxlMmIvbG9jYWxlMmIvZ2VuL2dvL2xvY2FsZTJiL2NvbnRyb2xwbGFuZS92MTtjb250cm9scGxhbmV2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiZsb2NhbGUyYi9jb250cm9scGxhbmUvdjEvc2FuZGJveC5wcm90bxIYbG9jYWxlMmIuY29udHJvbHBsYW5lLnYxIuEECgdTYW5kYm94EhIKCnNhbmRib3hfaWQYASABKAkSEwoLdGVtcGxhdGVfaWQYAiABKAkSNQoFc3RhdGUYAyABKA4yJi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveFN0YXRlEkEKCG1ldGFkYXRhGAQgAygLMi8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3guTWV0YWRhdGFFbnRyeRIuCgpzdGFydGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZlbmRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWNwdV9jb3VudBgHIAEoDRIRCgltZW1vcnlfbWIYCCABKA0SFAoMZGlza19zaXplX21iGAkgASgNEhQKDGVudmRfdmVyc2lvbhgKIAEoCRIZChFlbnZkX2FjY2Vzc190b2tlbhgLIAEoCRI7Cgpvbl90aW1lb3V0GAwgASgOMicubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlRpbWVvdXRBY3Rpb24SDwoHcnVudGltZRgNIAEoCRITCgthdXRvX3Jlc3VtZRgOIAEoCBIdChVhbGxvd19pbnRlcm5ldF9hY2Nlc3MYDyABKAgSDQoFYWxpYXMYECABKAkSEgoKZW5kX3JlYXNvbhgRIAEoCRIUCgx3b3Jrc3BhY2VfaWQYEiABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrUEChRDcmVhdGVTYW5kYm94UmVxdWVzdBITCgt0ZW1wbGF0ZV9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0STgoIbWV0YWRhdGEYAyADKAsyPC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QuTWV0YWRhdGFFbnRyeRJNCghlbnZfdmFycxgEIAMoCzI7LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5DcmVhdGVTYW5kYm94UmVxdWVzdC5FbnZWYXJzRW50cnkSOwoKb25fdGltZW91dBgFIAEoDjInLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5UaW1lb3V0QWN0aW9uEhYKCWNwdV9jb3VudBgGIAEoDUgAiAEBEhYKCW1lbW9yeV9tYhgHIAEoDUgBiAEBEhgKC2F1dG9fcmVzdW1lGAggASgISAKIAQESIgoVYWxsb3dfaW50ZXJuZXRfYWNjZXNzGAkgASgISAOIAQEaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGi4KDEVudlZhcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgwKCl9jcHVfY291bnRCDAoKX21lbW9yeV9tYkIOCgxfYXV0b19yZXN1bWVCGAoWX2FsbG93X2ludGVybmV0X2FjY2VzcyJLChVDcmVhdGVTYW5kYm94UmVzcG9uc2USMgoHc2FuZGJveBgBIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94IicKEUdldFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiSAoSR2V0U2FuZGJveFJlc3BvbnNlEjIKB3NhbmRib3gYASABKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveCLyAQoUTGlzdFNhbmRib3hlc1JlcXVlc3QSNgoGc3RhdGVzGAEgAygOMiYubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3hTdGF0ZRJOCghtZXRhZGF0YRgCIAMoCzI8LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5NZXRhZGF0YUVudHJ5Eg0KBWxpbWl0GAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBImYKFUxpc3RTYW5kYm94ZXNSZXNwb25zZRI0CglzYW5kYm94ZXMYASADKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiSQoTUGF1c2VTYW5kYm94UmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEhMKBm1lbW9yeRgCIAEoCEgAiAEBQgkKB19tZW1vcnkiFgoUUGF1c2VTYW5kYm94UmVzcG9uc2UiYwoUUmVzdW1lU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0SEwoGbWVtb3J5GAMgASgISACIAQFCCQoHX21lbW9yeSJcChVSZXN1bWVTYW5kYm94UmVzcG9uc2USMgoHc2FuZGJveBgBIAEoCzIhLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94Eg8KB3Jlc3VtZWQYAiABKAgiKAoSS2lsbFNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiFQoTS2lsbFNhbmRib3hSZXNwb25zZSJHChhTZXRTYW5kYm94VGltZW91dFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0iRwoZU2V0U2FuZGJveFRpbWVvdXRSZXNwb25zZRIqCgZlbmRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsoBChlXYXRjaFNhbmRib3hFdmVudHNSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSUwoIbWV0YWRhdGEYAiADKAsyQS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuV2F0Y2hTYW5kYm94RXZlbnRzUmVxdWVzdC5NZXRhZGF0YUVudHJ5EhMKC2V2ZW50X3R5cGVzGAMgAygJGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKlAgoaV2F0Y2hTYW5kYm94RXZlbnRzUmVzcG9uc2USOAoEdHlwZRgBIAEoDjIqLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TYW5kYm94RXZlbnRUeXBlEjIKB3NhbmRib3gYAiABKAsyIS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveBIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpldmVudF90eXBlGAQgASgJEhIKCnNhbmRib3hfaWQYBSABKAkSOwoIYWN0aXZpdHkYBiABKAsyKS5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuU2FuZGJveEFjdGl2aXR5EgoKAmlkGAcgASgEIp4CCg9TYW5kYm94QWN0aXZpdHkSEgoKc2Vzc2lvbl9pZBgBIAEoCRIPCgdjb21tYW5kGAIgASgJEgsKA3BpZBgDIAEoDRIWCglleGl0X2NvZGUYBCABKBFIAIgBARIYCgtkdXJhdGlvbl9tcxgFIAEoBEgBiAEBEgwKBHBhdGgYBiABKAkSEgoFYnl0ZXMYByABKARIAogBARINCgVlcnJvchgIIAEoCRILCgNjd2QYCSABKAkSDAoEdXNlchgKIAEoCRIQCghwcm90b2NvbBgLIAEoCRITCgtkZXN0aW5hdGlvbhgMIAEoCRIMCgRwb3J0GA0gASgNQgwKCl9leGl0X2NvZGVCDgoMX2R1cmF0aW9uX21zQggKBl9ieXRlcyLhAQoIU25hcHNob3QSEwoLc25hcHNob3RfaWQYASABKAkSDQoFbmFtZXMYAiADKAkSCgoCaWQYAyABKAkSCwoDdGFnGAQgASgJEgwKBG5hbWUYBSABKAkSEgoKc2FuZGJveF9pZBgGIAEoCRITCgt0ZW1wbGF0ZV9pZBgHIAEoCRIPCgdydW50aW1lGAggASgJEgwKBGtpbmQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2l6ZV9ieXRlcxgLIAEoBCJZChVDcmVhdGVTbmFwc2hvdFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhMKBm1lbW9yeRgDIAEoCEgAiAEBQgkKB19tZW1vcnkiTgoWQ3JlYXRlU25hcHNob3RSZXNwb25zZRI0CghzbmFwc2hvdBgBIAEoCzIiLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TbmFwc2hvdCJbChRMaXN0U25hcHNob3RzUmVxdWVzdBISCgpzYW5kYm94X2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFbGltaXQYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJnChVMaXN0U25hcHNob3RzUmVzcG9uc2USNQoJc25hcHNob3RzGAEgAygLMiIubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNuYXBzaG90EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIsChVEZWxldGVTbmFwc2hvdFJlcXVlc3QSEwoLc25hcHNob3RfaWQYASABKAkiGAoWRGVsZXRlU25hcHNob3RSZXNwb25zZSJQChJGb3JrU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIXCg90aW1lb3V0X3NlY29uZHMYAiABKA0SDQoFY291bnQYAyABKA0iawoKRm9ya1Jlc3VsdBIyCgdzYW5kYm94GAEgASgLMiEubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNhbmRib3gSEgoKZXJyb3JfY29kZRgCIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAMgASgJIkwKE0ZvcmtTYW5kYm94UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5Gb3JrUmVzdWx0Ks8BCgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFlNBTkRCT1hfU1RBVEVfQ1JFQVRJTkcQARIZChVTQU5EQk9YX1NUQVRFX1JVTk5JTkcQAhIZChVTQU5EQk9YX1NUQVRFX1BBVVNJTkcQAxIYChRTQU5EQk9YX1NUQVRFX1BBVVNFRBAEEhoKFlNBTkRCT1hfU1RBVEVfUkVTVU1JTkcQBRIYChRTQU5EQk9YX1NUQVRFX0tJTExFRBAGKmIKDVRpbWVvdXRBY3Rpb24SHgoaVElNRU9VVF9BQ1RJT05fVU5TUEVDSUZJRUQQABIXChNUSU1FT1VUX0FDVElPTl9LSUxMEAESGAoUVElNRU9VVF9BQ1RJT05fUEFVU0UQAirYAwoQU2FuZGJveEV2ZW50VHlwZRIiCh5TQU5EQk9YX0VWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIeChpTQU5EQk9YX0VWRU5UX1RZUEVfQ1JFQVRFRBABEh0KGVNBTkRCT1hfRVZFTlRfVFlQRV9QQVVTRUQQAhIeChpTQU5EQk9YX0VWRU5UX1RZUEVfUkVTVU1FRBADEh0KGVNBTkRCT1hfRVZFTlRfVFlQRV9LSUxMRUQQBBIgChxTQU5EQk9YX0VWRU5UX1RZUEVfVElNRURfT1VUEAUSIQodU0FOREJPWF9FVkVOVF9UWVBFX1NVQlNDUklCRUQQBhIjCh9TQU5EQk9YX0VWRU5UX1RZUEVfRVhFQ19TVEFSVEVEEAcSJQohU0FOREJPWF9FVkVOVF9UWVBFX0VYRUNfQ09NUExFVEVEEAgSIgoeU0FOREJPWF9FVkVOVF9UWVBFX0VYRUNfRkFJTEVEEAkSIAocU0FOREJPWF9FVkVOVF9UWVBFX0ZJTEVfUkVBRBAKEiMKH1NBTkRCT1hfRVZFTlRfVFlQRV9GSUxFX1dSSVRURU4QCxImCiJTQU5EQk9YX0VWRU5UX1RZUEVfTkVUV09SS19SRVFVRVNUEAwy9AoKDlNhbmRib3hTZXJ2aWNlEnAKDUNyZWF0ZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuQ3JlYXRlU2FuZGJveFJlc3BvbnNlEmcKCkdldFNhbmRib3gSKy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlcXVlc3QaLC5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuR2V0U2FuZGJveFJlc3BvbnNlEnAKDUxpc3RTYW5kYm94ZXMSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEm0KDFBhdXNlU2FuZGJveBItLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5QYXVzZVNhbmRib3hSZXF1ZXN0Gi4ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlBhdXNlU2FuZGJveFJlc3BvbnNlEnAKDVJlc3VtZVNhbmRib3gSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuUmVzdW1lU2FuZGJveFJlc3BvbnNlEmoKC0tpbGxTYW5kYm94EiwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLktpbGxTYW5kYm94UmVxdWVzdBotLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5LaWxsU2FuZGJveFJlc3BvbnNlEnwKEVNldFNhbmRib3hUaW1lb3V0EjIubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLlNldFNhbmRib3hUaW1lb3V0UmVxdWVzdBozLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5TZXRTYW5kYm94VGltZW91dFJlc3BvbnNlEoEBChJXYXRjaFNhbmRib3hFdmVudHMSMy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuV2F0Y2hTYW5kYm94RXZlbnRzUmVxdWVzdBo0LmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5XYXRjaFNhbmRib3hFdmVudHNSZXNwb25zZTABEnMKDkNyZWF0ZVNuYXBzaG90Ei8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkNyZWF0ZVNuYXBzaG90UmVxdWVzdBowLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5DcmVhdGVTbmFwc2hvdFJlc3BvbnNlEnAKDUxpc3RTbmFwc2hvdHMSLi5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNuYXBzaG90c1JlcXVlc3QaLy5sb2NhbGUyYi5jb250cm9scGxhbmUudjEuTGlzdFNuYXBzaG90c1Jlc3BvbnNlEnMKDkRlbGV0ZVNuYXBzaG90Ei8ubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkRlbGV0ZVNuYXBzaG90UmVxdWVzdBowLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5EZWxldGVTbmFwc2hvdFJlc3BvbnNlEmoKC0ZvcmtTYW5kYm94EiwubG9jYWxlMmIuY29udHJvbHBsYW5lLnYxLkZvcmtTYW5kYm94UmVxdWVzdBotLmxvY2FsZTJiLmNvbnRyb2xwbGFuZS52MS5Gb3JrU2FuZGJveFJlc3BvbnNlQk1aS2dpdGh1Yi5jb20vbG9jYWxlMmIvbG9jYWxlMmIvZ2VuL2dvL2xvY2FsZTJiL2NvbnRyb2xwbGFuZS92MTtjb250cm9scGxhbmV2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message locale2b.controlplane.v1.Sandbox
@@ -139,6 +139,8 @@ export const SandboxSchema: GenMessage<Sandbox> = /*@__PURE__*/
  */
 export type CreateSandboxRequest = Message<"locale2b.controlplane.v1.CreateSandboxRequest"> & {
   /**
+   * A template, or a snapshot's id or name (`name`, `local/name`, `name:tag`).
+   *
    * @generated from field: string template_id = 1;
    */
   templateId: string;
@@ -327,6 +329,15 @@ export type PauseSandboxRequest = Message<"locale2b.controlplane.v1.PauseSandbox
    * @generated from field: string sandbox_id = 1;
    */
   sandboxId: string;
+
+  /**
+   * false: pause to disk, files only (E2B's filesystem-only pause; a resume
+   * starts fresh processes); INVALID_ARGUMENT where the runtime cannot.
+   * Unset or true: in memory.
+   *
+   * @generated from field: optional bool memory = 2;
+   */
+  memory?: boolean | undefined;
 };
 
 /**
@@ -364,6 +375,14 @@ export type ResumeSandboxRequest = Message<"locale2b.controlplane.v1.ResumeSandb
    * @generated from field: uint32 timeout_seconds = 2;
    */
   timeoutSeconds: number;
+
+  /**
+   * false: a sandbox paused in memory is cold-booted from its files instead
+   * (E2B's onResume 'reboot').
+   *
+   * @generated from field: optional bool memory = 3;
+   */
+  memory?: boolean | undefined;
 };
 
 /**
@@ -646,6 +665,306 @@ export const SandboxActivitySchema: GenMessage<SandboxActivity> = /*@__PURE__*/
   messageDesc(file_locale2b_controlplane_v1_sandbox, 17);
 
 /**
+ * A snapshot: E2B models one as a template build.
+ *
+ * @generated from message locale2b.controlplane.v1.Snapshot
+ */
+export type Snapshot = Message<"locale2b.controlplane.v1.Snapshot"> & {
+  /**
+   * E2B's snapshotID: `local/<name>:<tag>` when named, else `<id>:<tag>`.
+   *
+   * @generated from field: string snapshot_id = 1;
+   */
+  snapshotId: string;
+
+  /**
+   * Full names (namespace and tag); empty when unnamed.
+   *
+   * @generated from field: repeated string names = 2;
+   */
+  names: string[];
+
+  /**
+   * @generated from field: string id = 3;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string tag = 4;
+   */
+  tag: string;
+
+  /**
+   * @generated from field: string name = 5;
+   */
+  name: string;
+
+  /**
+   * The sandbox it was taken from, and that sandbox's template and runtime.
+   *
+   * @generated from field: string sandbox_id = 6;
+   */
+  sandboxId: string;
+
+  /**
+   * @generated from field: string template_id = 7;
+   */
+  templateId: string;
+
+  /**
+   * @generated from field: string runtime = 8;
+   */
+  runtime: string;
+
+  /**
+   * "filesystem" (sandboxes from it start fresh processes on its files) or "memory".
+   *
+   * @generated from field: string kind = 9;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 10;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: uint64 size_bytes = 11;
+   */
+  sizeBytes: bigint;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.Snapshot.
+ * Use `create(SnapshotSchema)` to create a new message.
+ */
+export const SnapshotSchema: GenMessage<Snapshot> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 18);
+
+/**
+ * @generated from message locale2b.controlplane.v1.CreateSnapshotRequest
+ */
+export type CreateSnapshotRequest = Message<"locale2b.controlplane.v1.CreateSnapshotRequest"> & {
+  /**
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+
+  /**
+   * Optional `name[:tag]`; a name that exists gets this new build.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * true: a memory snapshot; false: filesystem-only; unset: the best the runtime takes.
+   *
+   * @generated from field: optional bool memory = 3;
+   */
+  memory?: boolean | undefined;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.CreateSnapshotRequest.
+ * Use `create(CreateSnapshotRequestSchema)` to create a new message.
+ */
+export const CreateSnapshotRequestSchema: GenMessage<CreateSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 19);
+
+/**
+ * @generated from message locale2b.controlplane.v1.CreateSnapshotResponse
+ */
+export type CreateSnapshotResponse = Message<"locale2b.controlplane.v1.CreateSnapshotResponse"> & {
+  /**
+   * @generated from field: locale2b.controlplane.v1.Snapshot snapshot = 1;
+   */
+  snapshot?: Snapshot | undefined;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.CreateSnapshotResponse.
+ * Use `create(CreateSnapshotResponseSchema)` to create a new message.
+ */
+export const CreateSnapshotResponseSchema: GenMessage<CreateSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 20);
+
+/**
+ * @generated from message locale2b.controlplane.v1.ListSnapshotsRequest
+ */
+export type ListSnapshotsRequest = Message<"locale2b.controlplane.v1.ListSnapshotsRequest"> & {
+  /**
+   * Only snapshots of this sandbox.
+   *
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+
+  /**
+   * Only snapshots with this id or name (a tag, when given, must match too).
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * Page size: 0 means 100; at most 1000.
+   *
+   * @generated from field: uint32 limit = 3;
+   */
+  limit: number;
+
+  /**
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.ListSnapshotsRequest.
+ * Use `create(ListSnapshotsRequestSchema)` to create a new message.
+ */
+export const ListSnapshotsRequestSchema: GenMessage<ListSnapshotsRequest> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 21);
+
+/**
+ * @generated from message locale2b.controlplane.v1.ListSnapshotsResponse
+ */
+export type ListSnapshotsResponse = Message<"locale2b.controlplane.v1.ListSnapshotsResponse"> & {
+  /**
+   * @generated from field: repeated locale2b.controlplane.v1.Snapshot snapshots = 1;
+   */
+  snapshots: Snapshot[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.ListSnapshotsResponse.
+ * Use `create(ListSnapshotsResponseSchema)` to create a new message.
+ */
+export const ListSnapshotsResponseSchema: GenMessage<ListSnapshotsResponse> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 22);
+
+/**
+ * @generated from message locale2b.controlplane.v1.DeleteSnapshotRequest
+ */
+export type DeleteSnapshotRequest = Message<"locale2b.controlplane.v1.DeleteSnapshotRequest"> & {
+  /**
+   * A snapshot's id or name, as CreateSandbox takes it.
+   *
+   * @generated from field: string snapshot_id = 1;
+   */
+  snapshotId: string;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.DeleteSnapshotRequest.
+ * Use `create(DeleteSnapshotRequestSchema)` to create a new message.
+ */
+export const DeleteSnapshotRequestSchema: GenMessage<DeleteSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 23);
+
+/**
+ * @generated from message locale2b.controlplane.v1.DeleteSnapshotResponse
+ */
+export type DeleteSnapshotResponse = Message<"locale2b.controlplane.v1.DeleteSnapshotResponse"> & {
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.DeleteSnapshotResponse.
+ * Use `create(DeleteSnapshotResponseSchema)` to create a new message.
+ */
+export const DeleteSnapshotResponseSchema: GenMessage<DeleteSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 24);
+
+/**
+ * @generated from message locale2b.controlplane.v1.ForkSandboxRequest
+ */
+export type ForkSandboxRequest = Message<"locale2b.controlplane.v1.ForkSandboxRequest"> & {
+  /**
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+
+  /**
+   * Seconds until the forks time out; 0 means 15 (E2B's default).
+   *
+   * @generated from field: uint32 timeout_seconds = 2;
+   */
+  timeoutSeconds: number;
+
+  /**
+   * 0 means 1; at most 100.
+   *
+   * @generated from field: uint32 count = 3;
+   */
+  count: number;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.ForkSandboxRequest.
+ * Use `create(ForkSandboxRequestSchema)` to create a new message.
+ */
+export const ForkSandboxRequestSchema: GenMessage<ForkSandboxRequest> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 25);
+
+/**
+ * @generated from message locale2b.controlplane.v1.ForkResult
+ */
+export type ForkResult = Message<"locale2b.controlplane.v1.ForkResult"> & {
+  /**
+   * Set when the fork started.
+   *
+   * @generated from field: locale2b.controlplane.v1.Sandbox sandbox = 1;
+   */
+  sandbox?: Sandbox | undefined;
+
+  /**
+   * Set when it did not: the Connect code's name (e.g. "resource_exhausted") and why.
+   *
+   * @generated from field: string error_code = 2;
+   */
+  errorCode: string;
+
+  /**
+   * @generated from field: string error_message = 3;
+   */
+  errorMessage: string;
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.ForkResult.
+ * Use `create(ForkResultSchema)` to create a new message.
+ */
+export const ForkResultSchema: GenMessage<ForkResult> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 26);
+
+/**
+ * @generated from message locale2b.controlplane.v1.ForkSandboxResponse
+ */
+export type ForkSandboxResponse = Message<"locale2b.controlplane.v1.ForkSandboxResponse"> & {
+  /**
+   * One per requested fork, in order.
+   *
+   * @generated from field: repeated locale2b.controlplane.v1.ForkResult results = 1;
+   */
+  results: ForkResult[];
+};
+
+/**
+ * Describes the message locale2b.controlplane.v1.ForkSandboxResponse.
+ * Use `create(ForkSandboxResponseSchema)` to create a new message.
+ */
+export const ForkSandboxResponseSchema: GenMessage<ForkSandboxResponse> = /*@__PURE__*/
+  messageDesc(file_locale2b_controlplane_v1_sandbox, 27);
+
+/**
  * @generated from enum locale2b.controlplane.v1.SandboxState
  */
 export enum SandboxState {
@@ -895,6 +1214,52 @@ export const SandboxService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchSandboxEventsRequestSchema;
     output: typeof WatchSandboxEventsResponseSchema;
+  },
+  /**
+   * Snapshot a running or paused sandbox (E2B's POST /sandboxes/{id}/snapshots);
+   * it keeps running. CreateSandbox with the snapshot's id or name as
+   * template_id starts a sandbox on it. INVALID_ARGUMENT when the sandbox's
+   * runtime cannot take the kind asked for (or any), or for a bad name.
+   *
+   * @generated from rpc locale2b.controlplane.v1.SandboxService.CreateSnapshot
+   */
+  createSnapshot: {
+    methodKind: "unary";
+    input: typeof CreateSnapshotRequestSchema;
+    output: typeof CreateSnapshotResponseSchema;
+  },
+  /**
+   * Newest first, paged (E2B's GET /snapshots).
+   *
+   * @generated from rpc locale2b.controlplane.v1.SandboxService.ListSnapshots
+   */
+  listSnapshots: {
+    methodKind: "unary";
+    input: typeof ListSnapshotsRequestSchema;
+    output: typeof ListSnapshotsResponseSchema;
+  },
+  /**
+   * NOT_FOUND when no snapshot answers to the reference. Sandboxes started
+   * from it keep running: they have their own copy.
+   *
+   * @generated from rpc locale2b.controlplane.v1.SandboxService.DeleteSnapshot
+   */
+  deleteSnapshot: {
+    methodKind: "unary";
+    input: typeof DeleteSnapshotRequestSchema;
+    output: typeof DeleteSnapshotResponseSchema;
+  },
+  /**
+   * Snapshot a sandbox once and start `count` sandboxes from it, each with
+   * its own id and token and the parent's metadata and env vars; each
+   * succeeds or fails on its own (E2B's POST /sandboxes/{id}/fork).
+   *
+   * @generated from rpc locale2b.controlplane.v1.SandboxService.ForkSandbox
+   */
+  forkSandbox: {
+    methodKind: "unary";
+    input: typeof ForkSandboxRequestSchema;
+    output: typeof ForkSandboxResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_locale2b_controlplane_v1_sandbox, 0);

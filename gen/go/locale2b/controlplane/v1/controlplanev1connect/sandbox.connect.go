@@ -67,6 +67,18 @@ const (
 	// SandboxServiceWatchSandboxEventsProcedure is the fully-qualified name of the SandboxService's
 	// WatchSandboxEvents RPC.
 	SandboxServiceWatchSandboxEventsProcedure = "/locale2b.controlplane.v1.SandboxService/WatchSandboxEvents"
+	// SandboxServiceCreateSnapshotProcedure is the fully-qualified name of the SandboxService's
+	// CreateSnapshot RPC.
+	SandboxServiceCreateSnapshotProcedure = "/locale2b.controlplane.v1.SandboxService/CreateSnapshot"
+	// SandboxServiceListSnapshotsProcedure is the fully-qualified name of the SandboxService's
+	// ListSnapshots RPC.
+	SandboxServiceListSnapshotsProcedure = "/locale2b.controlplane.v1.SandboxService/ListSnapshots"
+	// SandboxServiceDeleteSnapshotProcedure is the fully-qualified name of the SandboxService's
+	// DeleteSnapshot RPC.
+	SandboxServiceDeleteSnapshotProcedure = "/locale2b.controlplane.v1.SandboxService/DeleteSnapshot"
+	// SandboxServiceForkSandboxProcedure is the fully-qualified name of the SandboxService's
+	// ForkSandbox RPC.
+	SandboxServiceForkSandboxProcedure = "/locale2b.controlplane.v1.SandboxService/ForkSandbox"
 )
 
 // SandboxServiceClient is a client for the locale2b.controlplane.v1.SandboxService service.
@@ -95,6 +107,20 @@ type SandboxServiceClient interface {
 	// With event_types set it also carries activity inside sandboxes (exec.*,
 	// file.*), from every API, as the workspace API's event stream does.
 	WatchSandboxEvents(context.Context, *connect.Request[v1.WatchSandboxEventsRequest]) (*connect.ServerStreamForClient[v1.WatchSandboxEventsResponse], error)
+	// Snapshot a running or paused sandbox (E2B's POST /sandboxes/{id}/snapshots);
+	// it keeps running. CreateSandbox with the snapshot's id or name as
+	// template_id starts a sandbox on it. INVALID_ARGUMENT when the sandbox's
+	// runtime cannot take the kind asked for (or any), or for a bad name.
+	CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error)
+	// Newest first, paged (E2B's GET /snapshots).
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// NOT_FOUND when no snapshot answers to the reference. Sandboxes started
+	// from it keep running: they have their own copy.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// Snapshot a sandbox once and start `count` sandboxes from it, each with
+	// its own id and token and the parent's metadata and env vars; each
+	// succeeds or fails on its own (E2B's POST /sandboxes/{id}/fork).
+	ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the locale2b.controlplane.v1.SandboxService
@@ -156,6 +182,30 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("WatchSandboxEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		createSnapshot: connect.NewClient[v1.CreateSnapshotRequest, v1.CreateSnapshotResponse](
+			httpClient,
+			baseURL+SandboxServiceCreateSnapshotProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("CreateSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		listSnapshots: connect.NewClient[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse](
+			httpClient,
+			baseURL+SandboxServiceListSnapshotsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListSnapshots")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSnapshot: connect.NewClient[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse](
+			httpClient,
+			baseURL+SandboxServiceDeleteSnapshotProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("DeleteSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		forkSandbox: connect.NewClient[v1.ForkSandboxRequest, v1.ForkSandboxResponse](
+			httpClient,
+			baseURL+SandboxServiceForkSandboxProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ForkSandbox")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -169,6 +219,10 @@ type sandboxServiceClient struct {
 	killSandbox        *connect.Client[v1.KillSandboxRequest, v1.KillSandboxResponse]
 	setSandboxTimeout  *connect.Client[v1.SetSandboxTimeoutRequest, v1.SetSandboxTimeoutResponse]
 	watchSandboxEvents *connect.Client[v1.WatchSandboxEventsRequest, v1.WatchSandboxEventsResponse]
+	createSnapshot     *connect.Client[v1.CreateSnapshotRequest, v1.CreateSnapshotResponse]
+	listSnapshots      *connect.Client[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse]
+	deleteSnapshot     *connect.Client[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse]
+	forkSandbox        *connect.Client[v1.ForkSandboxRequest, v1.ForkSandboxResponse]
 }
 
 // CreateSandbox calls locale2b.controlplane.v1.SandboxService.CreateSandbox.
@@ -211,6 +265,26 @@ func (c *sandboxServiceClient) WatchSandboxEvents(ctx context.Context, req *conn
 	return c.watchSandboxEvents.CallServerStream(ctx, req)
 }
 
+// CreateSnapshot calls locale2b.controlplane.v1.SandboxService.CreateSnapshot.
+func (c *sandboxServiceClient) CreateSnapshot(ctx context.Context, req *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error) {
+	return c.createSnapshot.CallUnary(ctx, req)
+}
+
+// ListSnapshots calls locale2b.controlplane.v1.SandboxService.ListSnapshots.
+func (c *sandboxServiceClient) ListSnapshots(ctx context.Context, req *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return c.listSnapshots.CallUnary(ctx, req)
+}
+
+// DeleteSnapshot calls locale2b.controlplane.v1.SandboxService.DeleteSnapshot.
+func (c *sandboxServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return c.deleteSnapshot.CallUnary(ctx, req)
+}
+
+// ForkSandbox calls locale2b.controlplane.v1.SandboxService.ForkSandbox.
+func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, req *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error) {
+	return c.forkSandbox.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the locale2b.controlplane.v1.SandboxService
 // service.
 type SandboxServiceHandler interface {
@@ -238,6 +312,20 @@ type SandboxServiceHandler interface {
 	// With event_types set it also carries activity inside sandboxes (exec.*,
 	// file.*), from every API, as the workspace API's event stream does.
 	WatchSandboxEvents(context.Context, *connect.Request[v1.WatchSandboxEventsRequest], *connect.ServerStream[v1.WatchSandboxEventsResponse]) error
+	// Snapshot a running or paused sandbox (E2B's POST /sandboxes/{id}/snapshots);
+	// it keeps running. CreateSandbox with the snapshot's id or name as
+	// template_id starts a sandbox on it. INVALID_ARGUMENT when the sandbox's
+	// runtime cannot take the kind asked for (or any), or for a bad name.
+	CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error)
+	// Newest first, paged (E2B's GET /snapshots).
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// NOT_FOUND when no snapshot answers to the reference. Sandboxes started
+	// from it keep running: they have their own copy.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// Snapshot a sandbox once and start `count` sandboxes from it, each with
+	// its own id and token and the parent's metadata and env vars; each
+	// succeeds or fails on its own (E2B's POST /sandboxes/{id}/fork).
+	ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -295,6 +383,30 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("WatchSandboxEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceCreateSnapshotHandler := connect.NewUnaryHandler(
+		SandboxServiceCreateSnapshotProcedure,
+		svc.CreateSnapshot,
+		connect.WithSchema(sandboxServiceMethods.ByName("CreateSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceListSnapshotsHandler := connect.NewUnaryHandler(
+		SandboxServiceListSnapshotsProcedure,
+		svc.ListSnapshots,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListSnapshots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceDeleteSnapshotHandler := connect.NewUnaryHandler(
+		SandboxServiceDeleteSnapshotProcedure,
+		svc.DeleteSnapshot,
+		connect.WithSchema(sandboxServiceMethods.ByName("DeleteSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceForkSandboxHandler := connect.NewUnaryHandler(
+		SandboxServiceForkSandboxProcedure,
+		svc.ForkSandbox,
+		connect.WithSchema(sandboxServiceMethods.ByName("ForkSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/locale2b.controlplane.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateSandboxProcedure:
@@ -313,6 +425,14 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceSetSandboxTimeoutHandler.ServeHTTP(w, r)
 		case SandboxServiceWatchSandboxEventsProcedure:
 			sandboxServiceWatchSandboxEventsHandler.ServeHTTP(w, r)
+		case SandboxServiceCreateSnapshotProcedure:
+			sandboxServiceCreateSnapshotHandler.ServeHTTP(w, r)
+		case SandboxServiceListSnapshotsProcedure:
+			sandboxServiceListSnapshotsHandler.ServeHTTP(w, r)
+		case SandboxServiceDeleteSnapshotProcedure:
+			sandboxServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case SandboxServiceForkSandboxProcedure:
+			sandboxServiceForkSandboxHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -352,4 +472,20 @@ func (UnimplementedSandboxServiceHandler) SetSandboxTimeout(context.Context, *co
 
 func (UnimplementedSandboxServiceHandler) WatchSandboxEvents(context.Context, *connect.Request[v1.WatchSandboxEventsRequest], *connect.ServerStream[v1.WatchSandboxEventsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("locale2b.controlplane.v1.SandboxService.WatchSandboxEvents is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("locale2b.controlplane.v1.SandboxService.CreateSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("locale2b.controlplane.v1.SandboxService.ListSnapshots is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("locale2b.controlplane.v1.SandboxService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("locale2b.controlplane.v1.SandboxService.ForkSandbox is not implemented"))
 }

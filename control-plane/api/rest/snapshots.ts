@@ -1,0 +1,80 @@
+// E2B's snapshot and fork endpoints: POST /sandboxes/{id}/snapshots,
+// GET /snapshots (paged by X-Next-Token), DELETE /templates/{id} (how the
+// SDKs delete a snapshot) and POST /sandboxes/{id}/fork.
+import { ControlPlaneError } from "../../manager/types.js";
+import { toSnapshotInfo } from "../../snapshots/names.js";
+import type { SnapshotService } from "../../snapshots/snapshot-service.js";
+import { pageSnapshots } from "../../snapshots/paging.js";
+import type { ApiDeps } from "../deps.js";
+import { Fields, readJsonObject } from "./body.js";
+import { HttpError, httpErrorFrom, sendJson, sendNoContent } from "./errors.js";
+import type { RestContext, Route } from "./router.js";
+import { toSandbox } from "./serialize.js";
+
+/** Fork's defaults and bounds, as in the spec's SandboxForkRequest. */
+const FORK_DEFAULT_TIMEOUT = 15;
+const FORK_MAX_COUNT = 100;
+
+function service(deps: ApiDeps): SnapshotService {
+  if (!deps.snapshots) throw new HttpError(400, "snapshots and fork are not available on this server");
+  return deps.snapshots;
+}
+
+async function createSnapshot({ req, res, params, deps }: RestContext): Promise<void> {
+  const f = new Fields(await readJsonObject(req));
+  const name = f.string("name");
+  // `memory` (newer SDKs: Python's mode="filesystem" sends false): the kind asked for; absent, the best the runtime takes.
+  const snap = await service(deps).create(params.sandboxID!, name === "" ? undefined : name, f.bool("memory"));
+  sendJson(res, 201, toSnapshotInfo(snap));
+}
+
+function parseLimit(raw: string | null): number {
+  if (raw === null || raw === "") return 100;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 100) throw new HttpError(400, `invalid limit '${raw}': expected an integer from 1 to 100`);
+  return n;
+}
+
+async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {
+  const limit = parseLimit(query.get("limit"));
+  const all = service(deps).list({ sandboxId: query.get("sandboxID") || undefined, name: query.get("name") || undefined });
+  const { items, next } = pageSnapshots(all, limit, query.get("nextToken") || undefined);
+  sendJson(res, 200, items.map(toSnapshotInfo), next ? { "x-next-token": next } : {});
+}
+
+/** DELETE /templates/{id}: the SDKs' deleteSnapshot. Built templates are the CLI's to remove. */
+async function deleteSnapshot({ res, params, deps }: RestContext): Promise<void> {
+  const ref = params.templateID!;
+  const snapshots = service(deps);
+  if (snapshots.delete(ref)) return sendNoContent(res);
+  if (snapshots.isTemplate(ref)) throw new HttpError(400, `'${ref}' is a template, not a snapshot: remove templates with 'locale2b template' on the server`);
+  throw new HttpError(404, `snapshot '${ref}' not found`);
+}
+
+function forkError(err: Error): { code: number; message: string } {
+  if (err instanceof ControlPlaneError) {
+    const http = httpErrorFrom(err);
+    return { code: http.status, message: http.message };
+  }
+  return { code: 500, message: `internal error: ${err.message}` };
+}
+
+async function fork({ req, res, params, deps }: RestContext): Promise<void> {
+  const f = new Fields(await readJsonObject(req));
+  const timeout = f.int("timeout", 0) ?? FORK_DEFAULT_TIMEOUT;
+  const count = f.int("count", 1, FORK_MAX_COUNT) ?? 1;
+  if (timeout === 0) throw new HttpError(400, "field 'timeout' must be a positive number of seconds");
+  const outcomes = await service(deps).fork(params.sandboxID!, { timeout, count });
+  sendJson(
+    res,
+    201,
+    outcomes.map((o) => ("sandbox" in o ? { sandbox: toSandbox(o.sandbox, deps.publicDomain) } : { error: forkError(o.error) })),
+  );
+}
+
+export const snapshotRoutes: Route[] = [
+  { method: "POST", path: "/sandboxes/:sandboxID/snapshots", handler: createSnapshot },
+  { method: "POST", path: "/sandboxes/:sandboxID/fork", handler: fork },
+  { method: "GET", path: "/snapshots", handler: listSnapshots },
+  { method: "DELETE", path: "/templates/:templateID", handler: deleteSnapshot },
+];
