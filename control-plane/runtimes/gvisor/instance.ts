@@ -70,13 +70,18 @@ export class GvisorInstance implements Instance {
   private killed = false;
   private policy: EgressPolicy | undefined;
   private cpuSample: { ns: number; at: bigint };
+  /** The cgroup's OOM-kill count at the last look. */
+  private ooms: number;
 
   constructor(private readonly o: GvisorInstanceInit) {
     this.sandboxId = o.sandboxId;
     this.socketPath = o.layout.socket;
     this.policy = o.policy;
+    this.ooms = o.cgroup?.oomKills() ?? 0;
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!isRunning(o.pid, o.startTime)) this.died("the sandbox exited");
+      // An OOM kill the sandbox lived through (one process's address space, not the sentry) is old news.
+      else this.ooms = o.cgroup?.oomKills() ?? this.ooms;
     });
     this.cpuSample = { ns: o.cgroup?.cpuNs() ?? 0, at: process.hrtime.bigint() };
   }
@@ -121,8 +126,8 @@ export class GvisorInstance implements Instance {
 
   private died(why: string): void {
     if (this.deaths.over || this.killed) return;
-    // A memcg OOM kills the whole sandbox (its sentry), not one process in it.
-    const oom = this.o.cgroup?.oomKills();
+    // A memcg OOM may kill the sentry, and with it the whole sandbox (not one process in it).
+    const oom = (this.o.cgroup?.oomKills() ?? 0) > this.ooms;
     const reason = oom ? `the sandbox ran out of memory (${this.o.memoryMB} MiB) and was stopped` : why;
     this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox exited");
     this.deaths.report(reason);
