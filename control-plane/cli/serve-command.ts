@@ -248,6 +248,9 @@ export async function runServeCommand(args: string[]): Promise<number> {
   let cp: RunningControlPlane;
   try {
     const images = imagesDir();
+    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
+    // Say what to install before spending minutes on an image the runtime could not run.
+    if (opts.runtime === "gvisor") await runtime.check();
     // As root the process and gvisor runtimes run every sandbox on the base image: build it on first use.
     if ((opts.runtime === "process" || opts.runtime === "gvisor") && process.getuid?.() === 0 && process.env.LOCALE2B_NO_IMAGE_BUILD !== "1") {
       const { ensureBaseTemplate } = await import("../images/first-use.js");
@@ -255,7 +258,6 @@ export async function runServeCommand(args: string[]): Promise<number> {
         throw new CliError(err.message, 2);
       });
     }
-    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
     // A template may name its own runtime (`runtime:` in its definition): started on first use.
     const other = (name: string) =>
       isRuntimeName(name) ? createRuntime(name, { imagesDir: images }) : Promise.reject(new Error(`unknown runtime '${name}'`));
