@@ -109,6 +109,7 @@ export class GvisorRuntime implements Runtime {
       await runsc.run({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log });
       const state = await runsc.state();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
+      preferSentryOnOom(state.pid, spec.log);
       const cgroup = openCgroup(groupRecordOf(state.pid, spec.sandboxId), spec.sandboxId);
       if (!cgroup) spec.log.warn("cannot find the sandbox's cgroup: stats and out-of-memory reports are missing");
       spec.log.debug({ pid: state.pid, netns, device: net?.device }, "gVisor sandbox started");
@@ -175,6 +176,22 @@ export class GvisorRuntime implements Runtime {
       policy,
       log,
     });
+  }
+}
+
+/**
+ * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and
+ * on the host). Otherwise the kernel kills the biggest systrap stub, which may
+ * be one thread group's address space of a multi-threaded process such as
+ * envd's Node: runsc 20240729 then leaves it a zombie that never finishes
+ * exiting, and the sandbox is wedged, alive but unreachable. Killing the
+ * sentry ends the whole sandbox, reported as out of memory.
+ */
+function preferSentryOnOom(pid: number, log: Logger): void {
+  try {
+    writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
+  } catch (err) {
+    log.warn({ err }, "cannot raise the sandbox's OOM score: an out-of-memory sandbox may hang instead of stopping");
   }
 }
 
