@@ -3,7 +3,8 @@
 //   N passed, N failed, N skipped
 // Steps: (1) gen/ is up to date with proto/ (scripts/generate.mjs --check),
 // (2) the TypeScript type check, (3) vitest, (4) the Python e2b SDK suite
-// (test/python, pytest in the venv scripts/setup-python-tests.sh creates).
+// (test/python, pytest in the venv scripts/setup-python-tests.sh creates; its
+// sandbox-side part again on qemu and on gvisor where they run).
 // A failed step (1) or (2) counts as one failed; (1) is skipped, and counted
 // so, when Go is missing; (4) counts as one skipped when its venv is missing.
 // Extra arguments go to vitest:
@@ -212,6 +213,11 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasQemu() && process.getuid?.() === 0 && failures.every((f) => !/template build|kernel build/.test(f))) {
       const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
       runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
+    }
+    // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built.
+    if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasRunsc() && process.getuid?.() === 0 && failures.every((f) => !/template build/.test(f))) {
+      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      runPytest(python, "test/python[gvisor]", files, { LOCALE2B_RUNTIME: "gvisor", LOCALE2B_WARM_POOL: "1" });
     }
   }
 }
