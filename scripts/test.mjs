@@ -3,7 +3,8 @@
 //   N passed, N failed, N skipped
 // Steps: (1) gen/ is up to date with proto/ (scripts/generate.mjs --check),
 // (2) the TypeScript type check, (3) vitest, (4) the Python e2b SDK suite
-// (test/python, pytest in the venv scripts/setup-python-tests.sh creates).
+// (test/python, pytest in the venv scripts/setup-python-tests.sh creates; its
+// sandbox-side part again on qemu and on gvisor where they run).
 // A failed step (1) or (2) counts as one failed; (1) is skipped, and counted
 // so, when Go is missing; (4) counts as one skipped when its venv is missing.
 // Extra arguments go to vitest:
@@ -68,8 +69,8 @@ if (process.env.LOCALE2B_TEST_NO_CHECKS === "1") {
   if (!r.ok) fail(`build (exit ${r.code})`);
 }
 
-// 2b: guest images for the microVM suites (test/vm, test/rootfs): the kernel
-// and the `base` template, cached outside the clone by the hash of their
+// 2b: guest images for the microVM and gVisor suites (test/vm, test/rootfs,
+// test/gvisor): the kernel and the `base` template, cached outside the clone by the hash of their
 // inputs (a warm run takes a second). Needs root, debootstrap and gcc; as
 // root without QEMU it runs scripts/setup-host first (as .ci/run does);
 // otherwise the VM suites skip and say why. LOCALE2B_TEST_NO_VM=1 skips this step.
@@ -77,15 +78,19 @@ process.env.LOCALE2B_IMAGES_DIR ||= join(homedir(), ".cache", "locale2b", "image
 function hasQemu() {
   return spawnSync("qemu-system-x86_64", ["--version"], { stdio: "ignore" }).status === 0;
 }
-/** As root on a Debian-like host without QEMU: install the VM toolchain (what .ci/run does first). */
+/** runsc, for the gvisor suites (scripts/setup-host installs it into /usr/local/bin). */
+function hasRunsc() {
+  return spawnSync("runsc", ["--version"], { stdio: "ignore" }).status === 0 || existsSync("/usr/local/bin/runsc");
+}
+/** As root on a Debian-like host without QEMU or runsc: install the toolchain (what .ci/run does first). */
 function setupHost() {
   if (spawnSync("apt-get", ["--version"], { stdio: "ignore" }).status !== 0) return false;
-  run("VM toolchain (scripts/setup-host: QEMU, vhost-device-vsock, debootstrap, gcc)", "bash", [join(root, "scripts", "setup-host")]);
+  run("VM toolchain (scripts/setup-host: QEMU, vhost-device-vsock, runsc, debootstrap, gcc)", "bash", [join(root, "scripts", "setup-host")]);
   return hasQemu();
 }
 if (process.env.LOCALE2B_TEST_NO_VM === "1") {
   process.stdout.write("LOCALE2B_TEST_NO_VM=1: not building guest images; the VM suites will skip\n");
-} else if (!hasQemu() && !(process.getuid?.() === 0 && setupHost())) {
+} else if (!(process.getuid?.() === 0 && (!hasQemu() || !hasRunsc()) ? setupHost() : hasQemu())) {
   process.stdout.write("qemu-system-x86_64 is missing: not building guest images; the VM suites will skip (scripts/setup-host installs QEMU)\n");
 } else if (process.getuid?.() !== 0) {
   process.stdout.write("not root: not building guest images (debootstrap needs root); the VM suites run only if the images are already built\n");
@@ -208,6 +213,11 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasQemu() && process.getuid?.() === 0 && failures.every((f) => !/template build|kernel build/.test(f))) {
       const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
       runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
+    }
+    // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built.
+    if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasRunsc() && process.getuid?.() === 0 && failures.every((f) => !/template build/.test(f))) {
+      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      runPytest(python, "test/python[gvisor]", files, { LOCALE2B_RUNTIME: "gvisor", LOCALE2B_WARM_POOL: "1" });
     }
   }
 }

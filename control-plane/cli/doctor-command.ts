@@ -9,7 +9,8 @@ const HELP = `Usage: locale2b doctor [--json]
 Checks what the microVM runtimes need on this host: QEMU (microvm machine),
 qemu-img, vhost-device-vsock, the accelerator (KVM, or TCG where /dev/kvm
 cannot run a guest), the image tools (debootstrap, mkfs.ext4, gcc with a
-static libc), Firecracker (optional), and whether the guest kernel and the
+static libc), Firecracker (optional), runsc for the gvisor runtime (optional:
+its version and platform), and whether the guest kernel and the
 'base' template are built. scripts/setup-host installs the tools.
 
 Exit status: 0 when the qemu runtime has everything it needs (a kernel and
@@ -20,7 +21,8 @@ Options:
   -h, --help  show this help
 
 Environment: LOCALE2B_IMAGES_DIR, LOCALE2B_DATA_DIR, LOCALE2B_KERNEL,
-LOCALE2B_QEMU, LOCALE2B_QEMU_IMG, LOCALE2B_VHOST_VSOCK, LOCALE2B_FIRECRACKER.
+LOCALE2B_QEMU, LOCALE2B_QEMU_IMG, LOCALE2B_VHOST_VSOCK, LOCALE2B_FIRECRACKER,
+LOCALE2B_RUNSC, LOCALE2B_RUNSC_PLATFORM.
 `;
 
 /** ok, or how much a failed check matters. */
@@ -52,6 +54,8 @@ function summary(checks: HostCheck[]): string {
   if (missing.length) lines.push(`qemu runtime: not ready, missing ${missing.join(", ")}`);
   else if (todo.length) lines.push(`qemu runtime: tools ready, VMs run ${accel}; to boot sandboxes still build: ${todo.join(", ")}`);
   else lines.push(`qemu runtime: ready, VMs run ${accel}`);
+  const runsc = checks.find((c) => c.name === "runsc");
+  if (runsc) lines.push(runsc.ok ? `gvisor runtime: ${runsc.detail}` : "gvisor runtime: runsc is not installed (scripts/setup-host installs it)");
   return lines.join("\n") + "\n";
 }
 

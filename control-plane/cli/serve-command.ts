@@ -44,8 +44,10 @@ Options:
       --domain NAME          route <port>-<sandboxId>.NAME hosts to sandboxes
                              (default localhost)
       --runtime NAME         sandbox runtime: process (default; host processes in
-                             namespaces), qemu (QEMU microVMs; KVM or emulation) or
-                             firecracker (Firecracker microVMs; needs hardware KVM).
+                             namespaces), gvisor (runsc sandboxes: a user-space
+                             kernel; needs root and runsc), qemu (QEMU microVMs;
+                             KVM or emulation) or firecracker (Firecracker
+                             microVMs; needs hardware KVM).
                              Default: $LOCALE2B_RUNTIME, else process. 'locale2b doctor'
                              says what a host has; scripts/setup-host installs it
       --audit-retention-days N     keep audit entries N days (default 30;
@@ -207,6 +209,7 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
   }
   const kinds: Record<string, string> = {
     process: "sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots)",
+    gvisor: "sandboxes are gVisor (runsc) sandboxes: a user-space kernel between their code and the host's (pause keeps them in memory)",
     qemu: "sandboxes are QEMU microVMs (pause keeps them in memory)",
     firecracker: "sandboxes are Firecracker microVMs (pause snapshots them to disk)",
   };
@@ -245,14 +248,16 @@ export async function runServeCommand(args: string[]): Promise<number> {
   let cp: RunningControlPlane;
   try {
     const images = imagesDir();
-    // As root the process runtime runs every sandbox on the base image: build it on first use.
-    if (opts.runtime === "process" && process.getuid?.() === 0 && process.env.LOCALE2B_NO_IMAGE_BUILD !== "1") {
+    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
+    // Say what to install before spending minutes on an image the runtime could not run.
+    if (opts.runtime === "gvisor") await runtime.check();
+    // As root the process and gvisor runtimes run every sandbox on the base image: build it on first use.
+    if ((opts.runtime === "process" || opts.runtime === "gvisor") && process.getuid?.() === 0 && process.env.LOCALE2B_NO_IMAGE_BUILD !== "1") {
       const { ensureBaseTemplate } = await import("../images/first-use.js");
       await ensureBaseTemplate(images).catch((err: Error) => {
         throw new CliError(err.message, 2);
       });
     }
-    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
     // A template may name its own runtime (`runtime:` in its definition): started on first use.
     const other = (name: string) =>
       isRuntimeName(name) ? createRuntime(name, { imagesDir: images }) : Promise.reject(new Error(`unknown runtime '${name}'`));

@@ -6,6 +6,7 @@ import { accessSync, constants, existsSync, statSync } from "node:fs";
 import { open, readFile } from "node:fs/promises";
 import { delimiter, join } from "node:path";
 import { findKernel, findTemplateImage, imagesDir } from "../images/layout.js";
+import { RUNSC_INSTALL, runscVersion } from "../runtimes/gvisor/runsc.js";
 
 export interface HostCheck {
   name: string;
@@ -195,6 +196,17 @@ async function firecrackerCheck(env: NodeJS.ProcessEnv, accel: Promise<Accel>): 
   return check;
 }
 
+/** runsc for the gvisor runtime: its version and the platform its sandboxes run on (systrap, ptrace, kvm). */
+async function runscCheck(env: NodeJS.ProcessEnv): Promise<HostCheck> {
+  const check = await binaryCheck("runsc", env.LOCALE2B_RUNSC, "LOCALE2B_RUNSC", "optional", ["--version"], `optional (gvisor runtime only): ${RUNSC_INSTALL}`, (l) =>
+    l.replace(/^runsc version /, "runsc "),
+  );
+  if (!check.ok) return check;
+  const path = findExecutable("runsc", env.LOCALE2B_RUNSC, env)!;
+  const v = await runscVersion(path).catch(() => undefined);
+  return { ...check, detail: v ? `${check.detail}, platform ${v.platform}` : check.detail };
+}
+
 function kernelCheck(env: NodeJS.ProcessEnv, dir: string): HostCheck {
   const kernel = findKernel(env, dir);
   if (kernel) return { name: "guest kernel", ok: true, required: "images", detail: `${kernel} (${(statSync(kernel).size / 2 ** 20).toFixed(0)} MiB)` };
@@ -235,6 +247,7 @@ export async function hostChecks(env: NodeJS.ProcessEnv = process.env): Promise<
     binaryCheck("mkfs.ext4", undefined, "", "images", ["-V"], apt("e2fsprogs")),
     gccCheck(),
     firecrackerCheck(env, accel),
+    runscCheck(env),
     Promise.resolve(kernelCheck(env, dir)),
     Promise.resolve(templateCheck(dir)),
     // network.allowOut/denyOut on the process runtime (as root): nftables on the host side of each sandbox's veth.

@@ -47,7 +47,7 @@ export interface TemplateDefinition {
 }
 
 /** Runtimes a template may ask for (control-plane/runtimes/select.ts). */
-export const TEMPLATE_RUNTIMES = ["process", "qemu", "firecracker"] as const;
+export const TEMPLATE_RUNTIMES = ["process", "gvisor", "qemu", "firecracker"] as const;
 
 export class DefinitionError extends Error {
   constructor(message: string) {

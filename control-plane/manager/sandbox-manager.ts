@@ -1,4 +1,5 @@
 import { mkdirSync, rmSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
@@ -138,7 +139,7 @@ export class SandboxManager {
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
         // Nothing of a dead sandbox stays on disk (its runtime released the rest).
-        setTimeout(() => rmSync(this.dir(id), { recursive: true, force: true }), 2_000).unref();
+        setTimeout(() => void rm(this.dir(id), { recursive: true, force: true }).catch(() => undefined), 2_000).unref();
       });
     });
   }

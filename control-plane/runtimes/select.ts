@@ -2,7 +2,7 @@ import type { Runtime } from "./runtime.js";
 import { ProcessRuntime } from "./process/process-runtime.js";
 import { QemuRuntime } from "./qemu/qemu-runtime.js";
 
-export const RUNTIME_NAMES = ["process", "qemu", "firecracker"] as const;
+export const RUNTIME_NAMES = ["process", "gvisor", "qemu", "firecracker"] as const;
 export type RuntimeName = (typeof RUNTIME_NAMES)[number];
 
 export function isRuntimeName(name: string): name is RuntimeName {
@@ -16,13 +16,17 @@ export interface RuntimeChoice {
 
 /**
  * The runtime by name: `process` (zero-config, host processes in
- * namespaces), `qemu` (QEMU microvm, KVM or TCG) or `firecracker`. Whether
+ * namespaces), `gvisor` (runsc sandboxes), `qemu` (QEMU microvm, KVM or TCG) or `firecracker`. Whether
  * the host can run it is found out by its check(), at start-up.
  */
 export async function createRuntime(name: RuntimeName, o: RuntimeChoice = {}): Promise<Runtime> {
   switch (name) {
     case "process":
       return new ProcessRuntime();
+    case "gvisor": {
+      const { GvisorRuntime } = await import("./gvisor/gvisor-runtime.js");
+      return new GvisorRuntime({ imagesDir: o.imagesDir });
+    }
     case "qemu":
       return new QemuRuntime({ imagesDir: o.imagesDir });
     case "firecracker": {

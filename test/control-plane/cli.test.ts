@@ -58,7 +58,7 @@ describe("help and usage", () => {
     expect(run.stderr).toContain("cannot start the 'qemu' runtime");
     const bad = await runCli(["serve", "--runtime", "docker", "--data-dir", tempDir()]);
     expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toContain("unknown runtime 'docker' (known: process, qemu, firecracker)");
+    expect(bad.stderr).toContain("unknown runtime 'docker' (known: process, gvisor, qemu, firecracker)");
   });
 
   it("npm start runs serve from dist/", () => {

@@ -16,6 +16,7 @@ const NAMES = [
   "mkfs.ext4",
   "gcc",
   "firecracker",
+  "runsc",
   "guest kernel",
   "template base",
   "nft",

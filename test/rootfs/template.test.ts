@@ -52,7 +52,7 @@ describe("template definitions", () => {
     expect(err("variant: tiny\n")).toMatch(/'variant': expected one of minbase, buildd, default, got the string "tiny"/);
     expect(err("mirror: ftp.debian.org\n")).toMatch(/'mirror': expected an http:\/\/ or https:\/\/ URL/);
     expect(err("user: root\n")).toMatch(/'user': expected a user other than root/);
-    expect(err("runtime: docker\n")).toMatch(/'runtime': expected one of process, qemu, firecracker, got the string "docker"/);
+    expect(err("runtime: docker\n")).toMatch(/'runtime': expected one of process, gvisor, qemu, firecracker, got the string "docker"/);
     expect(err("files:\n  - path: etc/x\n    content: hi\n")).toMatch(/'files\[0\]\.path': expected an absolute path inside the guest/);
     expect(err("files:\n  - path: /etc/x\n")).toMatch(/'files\[0\]': expected exactly one of 'content' or 'from'/);
     expect(err("files:\n  - path: /etc/x\n    content: hi\n    owner: 1000\n")).toMatch(/unknown key 'files\[0\]\.owner'/);

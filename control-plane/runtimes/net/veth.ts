@@ -4,7 +4,7 @@
 // end (nft.ts), where nothing in the sandbox can change them (its root has no
 // CAP_NET_ADMIN).
 import { execFile } from "node:child_process";
-import { readlinkSync } from "node:fs";
+import { statSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/checks.js";
 import { addresses, deviceName, ipBin, withFreeIndex } from "./addresses.js";
@@ -41,32 +41,40 @@ function ipBatch(commands: string[], netns?: string): Promise<void> {
   });
 }
 
-/** The network namespace of `pid` (a sandbox's first process), checked to be other than ours. */
-function netnsOf(pid: number): string {
-  const path = `/proc/${pid}/ns/net`;
-  let ns: string;
+/**
+ * Where a sandbox's network namespace is: a process in it (the process
+ * runtime's sandbox init) or a named namespace (`ip netns add`, the gvisor
+ * runtime's, made before runsc starts in it).
+ */
+export type NetnsTarget = number | { name: string };
+
+/** The namespace's path, checked to be other than ours (namespaces are told apart by inode). */
+function netnsOf(target: NetnsTarget): string {
+  const path = typeof target === "number" ? `/proc/${target}/ns/net` : `/run/netns/${target.name}`;
+  let ino: number;
   try {
-    ns = readlinkSync(path);
+    ino = statSync(path).ino;
   } catch {
-    throw new Error("the sandbox exited before its network was set up");
+    throw new Error(typeof target === "number" ? "the sandbox exited before its network was set up" : `the network namespace ${target.name} is gone`);
   }
-  if (ns === readlinkSync("/proc/self/ns/net")) throw new Error("the sandbox shares the host's network namespace: refusing to give it a veth");
+  if (ino === statSync("/proc/self/ns/net").ino) throw new Error("the sandbox shares the host's network namespace: refusing to give it a veth");
   return path;
 }
 
 /**
- * Joins the network namespace of `pid` to the host with a veth pair and
+ * Joins the network namespace `target` to the host with a veth pair and
  * applies `policy` (allow everything but what the table always forbids, when
  * the policy is empty). On failure nothing is left behind.
  */
-export async function attachVeth(sandboxId: string, pid: number, policy: EgressPolicy, log: Logger): Promise<NetRecord> {
-  const ns = netnsOf(pid);
+export async function attachVeth(sandboxId: string, target: NetnsTarget, policy: EgressPolicy, log: Logger): Promise<NetRecord> {
+  const ns = netnsOf(target);
+  const nsArg = typeof target === "number" ? String(target) : target.name;
   const device = deviceName(sandboxId);
   const peer = `l2p${sandboxId.slice(-12)}`;
   return withFreeIndex(async (index) => {
     const a = addresses(index);
     try {
-      await ipBatch([`link add ${device} type veth peer name ${peer} netns ${pid}`]);
+      await ipBatch([`link add ${device} type veth peer name ${peer} netns ${nsArg}`]);
       disableIpv6(device);
       await ipBatch([`addr add ${a.host}/${a.prefix} dev ${device}`, `link set ${device} up`]);
       await applyPolicy(device, sandboxId, policy, log, a.guest);

@@ -204,3 +204,23 @@ export function openCgroup(record: unknown, name: string): SandboxCgroup | undef
         : undefined;
   return group?.exists() ? group : undefined;
 }
+
+/**
+ * The record of the group a process is in (e.g. one runsc made for a gVisor
+ * sandbox), for openCgroup(): v1 when v1 controllers are mounted, else the
+ * v2 tree; undefined when the group is not named `name`.
+ */
+export function groupRecordOf(pid: number, name: string): CgroupRecord | undefined {
+  const mounts = cgroupMounts();
+  const groups = processGroups(pid);
+  const dirs: Partial<Record<V1Controller, string>> = {};
+  for (const ctrl of V1_CONTROLLERS) {
+    const mount = mounts.find((m) => m.fstype === "cgroup" && m.superOptions.includes(ctrl));
+    const group = groups.get(ctrl);
+    if (mount && group && basename(group) === name) dirs[ctrl] = inMount(mount, group);
+  }
+  if (Object.keys(dirs).length) return { kind: "v1", dirs };
+  const v2 = mounts.find((m) => m.fstype === "cgroup2");
+  const group = groups.get("");
+  return v2 && group && basename(group) === name ? { kind: "v2", dir: inMount(v2, group) } : undefined;
+}

@@ -13,13 +13,9 @@ import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./inst
 import { tapForPolicy, tapUnsupported } from "./tap.js";
 import { releaseDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
+import { RuntimeUnavailableError } from "../errors.js";
 
-export class RuntimeUnavailableError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "RuntimeUnavailableError";
-  }
-}
+export { RuntimeUnavailableError } from "../errors.js";
 
 /** An executable by env override, else on PATH (plus the places scripts/setup-host installs to). */
 export function findBinary(name: string, override: string | undefined): string | undefined {

@@ -1,0 +1,84 @@
+// The OCI runtime spec (config.json) of one gVisor sandbox: the template's
+// root filesystem (with the sandbox's writable layer, mounted by rootfs.ts),
+// `locale2b-init` as PID 1 serving the hybrid-vsock socket in a host
+// directory bind-mounted at HOST_DIR, cgroup limits, and the network
+// namespace runsc attaches its netstack to.
+import { GUEST } from "../../images/layout.js";
+
+/** Where the sandbox sees its host directory (envd's hybrid-vsock socket is created there). */
+export const HOST_DIR = "/run/locale2b-host";
+/** The socket's name, in the host directory on both sides. */
+export const SOCKET_NAME = "envd.sock";
+
+/** Docker's default capability set: root inside can chown, setuid (sudo), bind low ports, nothing more. */
+const CAPS = [
+  "CAP_CHOWN",
+  "CAP_DAC_OVERRIDE",
+  "CAP_FSETID",
+  "CAP_FOWNER",
+  "CAP_MKNOD",
+  "CAP_NET_RAW",
+  "CAP_SETGID",
+  "CAP_SETUID",
+  "CAP_SETFCAP",
+  "CAP_SETPCAP",
+  "CAP_NET_BIND_SERVICE",
+  "CAP_SYS_CHROOT",
+  "CAP_KILL",
+  "CAP_AUDIT_WRITE",
+];
+
+const MiB = 1024 * 1024;
+const CPU_PERIOD_US = 100_000;
+
+export interface BundleSpec {
+  sandboxId: string;
+  /** Host path of the sandbox's merged root filesystem. */
+  rootfs: string;
+  /** Host directory bind-mounted at HOST_DIR. */
+  hostDir: string;
+  /** `/run/netns/<name>` of a namespace with the sandbox's veth, or undefined: a new one with `lo` only. */
+  netnsPath?: string;
+  memoryMB: number;
+  cpuCount: number;
+  pidsMax: number;
+  envdLogLevel: string;
+  /** The cgroup path runsc creates in every controller, relative to the control plane's own group. */
+  cgroupsPath: string;
+}
+
+export function ociSpec(s: BundleSpec): Record<string, unknown> {
+  const shmBytes = Math.max(64, Math.floor(s.memoryMB / 2)) * MiB;
+  return {
+    ociVersion: "1.0.2",
+    process: {
+      user: { uid: 0, gid: 0 },
+      args: [GUEST.init, "--hybrid-listen", `${HOST_DIR}/${SOCKET_NAME}`, "--forward-ports", "--no-mounts", "--envd-log", s.envdLogLevel],
+      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"],
+      cwd: "/",
+      capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS },
+      rlimits: [{ type: "RLIMIT_NOFILE", hard: 65536, soft: 65536 }],
+      noNewPrivileges: false,
+    },
+    root: { path: s.rootfs, readonly: false },
+    hostname: s.sandboxId,
+    mounts: [
+      { destination: "/proc", type: "proc", source: "proc" },
+      { destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "strictatime", "mode=755", "size=65536k"] },
+      { destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"] },
+      { destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "nodev", "mode=1777", `size=${shmBytes}`] },
+      { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
+      { destination: "/run", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=755"] },
+      { destination: HOST_DIR, type: "bind", source: s.hostDir, options: ["rbind", "rw"] },
+    ],
+    linux: {
+      cgroupsPath: s.cgroupsPath,
+      resources: {
+        memory: { limit: s.memoryMB * MiB },
+        cpu: { quota: Math.round(s.cpuCount * CPU_PERIOD_US), period: CPU_PERIOD_US },
+        pids: { limit: s.pidsMax },
+      },
+      namespaces: [{ type: "pid" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }, { type: "network", ...(s.netnsPath ? { path: s.netnsPath } : {}) }],
+    },
+  };
+}

@@ -1,0 +1,209 @@
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import type { Logger } from "pino";
+import type { InstanceSpec, Runtime } from "../runtime.js";
+import { RuntimeUnavailableError } from "../errors.js";
+import { findTemplateImage, imagesDir } from "../../images/layout.js";
+import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
+import { isRunning, procStat } from "../process/procfs.js";
+import { nameServers } from "../net/dns.js";
+import { releaseDevice } from "../net/nft.js";
+import { createNetns, deleteNetns, netnsName } from "../net/netns.js";
+import { attachVeth, isNetRecord, updateVethPolicy, vethUnsupported, type NetRecord } from "../net/veth.js";
+import type { EgressPolicy } from "../net/policy.js";
+import { ociSpec } from "./bundle.js";
+import { effectivePolicy, GvisorInstance, type PersistedGvisorInstance } from "./instance.js";
+import { gvisorLayout, mountRoot, removeSandboxDir } from "./rootfs.js";
+import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
+
+export interface GvisorRuntimeOptions {
+  /** Where built templates are (default imagesDir()). */
+  imagesDir?: string;
+  /** pids.max per sandbox (default 1024). */
+  pidsMax?: number;
+  envdLogLevel?: string;
+}
+
+/** The cgroup folder (under the control plane's own group) runsc makes sandbox groups in. */
+const CGROUP_FOLDER = "locale2b-gvisor";
+
+/**
+ * gVisor: each sandbox is a runsc sandbox (a user-space kernel between its
+ * code and the host's) on its template's root filesystem with its own
+ * writable disk, `locale2b-init` as PID 1 serving envd over
+ * `<dir>/host/envd.sock` (the same hybrid-vsock transport as every runtime),
+ * cgroup limits, and its own network (a veth in a named namespace, filtered by
+ * the shared nft rules). Needs root. README.md in this folder.
+ */
+export class GvisorRuntime implements Runtime {
+  readonly name = "gvisor";
+  private bin: string | undefined;
+
+  constructor(private readonly opts: GvisorRuntimeOptions = {}) {}
+
+  private runscBin(): string {
+    this.bin ??= findRunsc();
+    if (!this.bin) throw new RuntimeUnavailableError(`runsc is not installed: ${RUNSC_INSTALL}`);
+    return this.bin;
+  }
+
+  async check(): Promise<string[]> {
+    const bin = this.runscBin();
+    if (process.getuid?.() !== 0) throw new RuntimeUnavailableError("the gvisor runtime needs the server to run as root (runsc sets up namespaces, cgroups and mounts)");
+    const v = await runscVersion(bin).catch((err: Error) => {
+      throw new RuntimeUnavailableError(`${bin} does not run: ${err.message}; ${RUNSC_INSTALL}`);
+    });
+    const notes = [`gVisor sandboxes: runsc ${v.version} (${bin}), platform ${v.platform}`];
+    const noVeth = vethUnsupported();
+    if (noVeth) notes.push(`sandboxes have loopback only and no egress rules (${noVeth})`);
+    if (!findTemplateImage("base", this.images())) notes.push("template 'base' is not built yet: run `locale2b template build base`");
+    return notes;
+  }
+
+  async egressUnsupported(): Promise<string | undefined> {
+    return vethUnsupported();
+  }
+
+  private images(): string {
+    return this.opts.imagesDir ?? imagesDir();
+  }
+
+  private logLevel(): string {
+    return this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL ?? "info";
+  }
+
+  async create(spec: InstanceSpec): Promise<GvisorInstance> {
+    const bin = this.runscBin();
+    const image = findTemplateImage(spec.templateId, this.images());
+    if (!image) throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
+    const noVeth = vethUnsupported();
+    if (spec.egress && noVeth) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${noVeth}`);
+    const layout = gvisorLayout(spec.dir);
+    const runsc = new Runsc(bin, layout.runscRoot, spec.sandboxId);
+    const cpuCount = spec.cpuCount > 0 ? spec.cpuCount : cpus().length;
+    // Every sandbox gets a veth where the host allows, even without internet access (then its rules
+    // drop everything): its network can be opened later by updateNetwork, which runsc cannot add.
+    const netns = noVeth ? undefined : netnsName(spec.sandboxId);
+    let net: NetRecord | undefined;
+    let started = false;
+    try {
+      await mountRoot(layout, image.rootfsDir, spec.diskSizeMB, { hostname: spec.sandboxId, dns: netns ? nameServers() : [] });
+      if (netns) {
+        await createNetns(netns);
+        net = await attachVeth(spec.sandboxId, { name: netns }, effectivePolicy(spec.egress, spec.allowInternetAccess), spec.log);
+      }
+      const config = ociSpec({
+        sandboxId: spec.sandboxId,
+        rootfs: layout.rootfs,
+        hostDir: layout.hostDir,
+        netnsPath: netns && `/run/netns/${netns}`,
+        memoryMB: spec.memoryMB,
+        cpuCount,
+        pidsMax: this.opts.pidsMax ?? 1024,
+        envdLogLevel: this.logLevel(),
+        cgroupsPath: `${CGROUP_FOLDER}/${spec.sandboxId}`,
+      });
+      writeFileSync(layout.config, JSON.stringify(config, null, 2));
+      rmSync(layout.socket, { force: true });
+      started = true;
+      await runsc.run({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log });
+      const state = await runsc.state();
+      if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
+      preferSentryOnOom(state.pid, spec.log);
+      const cgroup = openCgroup(groupRecordOf(state.pid, spec.sandboxId), spec.sandboxId);
+      if (!cgroup) spec.log.warn("cannot find the sandbox's cgroup: stats and out-of-memory reports are missing");
+      spec.log.debug({ pid: state.pid, netns, device: net?.device }, "gVisor sandbox started");
+      return new GvisorInstance({
+        sandboxId: spec.sandboxId,
+        layout,
+        runsc,
+        pid: state.pid,
+        startTime: procStat(state.pid)?.startTime ?? 0,
+        cgroup,
+        cpuCount,
+        memoryMB: spec.memoryMB,
+        allowInternetAccess: spec.allowInternetAccess,
+        netns,
+        net,
+        policy: spec.egress,
+        log: spec.log,
+      });
+    } catch (err) {
+      const tail = started ? logTail(layout.log) : "";
+      if (started) await runsc.destroy();
+      if (net) await releaseDevice(net.device, spec.sandboxId);
+      if (netns) await deleteNetns(netns);
+      await removeSandboxDir(layout).catch(() => undefined);
+      throw new Error(`cannot start the gVisor sandbox: ${(err as Error).message}${tail ? ` (log: ${tail})` : ""}`);
+    }
+  }
+
+  async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<GvisorInstance | undefined> {
+    const p = persisted as Partial<PersistedGvisorInstance>;
+    const layout = gvisorLayout(dir);
+    const bin = findRunsc();
+    const runsc = bin ? new Runsc(bin, layout.runscRoot, sandboxId) : undefined;
+    const pid = Number(p.pid);
+    const startTime = typeof p.startTime === "number" ? p.startTime : undefined;
+    const net = isNetRecord(p.net) ? p.net : undefined;
+    const netns = typeof p.netns === "string" && p.netns === netnsName(sandboxId) ? p.netns : undefined;
+    const state = runsc && isRunning(pid, startTime) ? await runsc.state() : undefined;
+    const ours = state !== undefined && state.pid === pid && (state.status === "running" || state.status === "paused");
+    if (!ours || !runsc) {
+      // Died while we were down (or runsc is gone): release what is left of it.
+      if (runsc) await runsc.destroy();
+      if (net) await releaseDevice(net.device, sandboxId);
+      if (netns) await deleteNetns(netns);
+      await removeSandboxDir(layout).catch((err: unknown) => log.warn({ err }, "cannot remove a dead sandbox's files"));
+      return undefined;
+    }
+    const policy = isPolicy(p.policy) ? p.policy : undefined;
+    const allowInternetAccess = p.allowInternetAccess !== false;
+    // The host's rules may be from another server version (rewritten at first use): put the sandbox's back.
+    if (net) await updateVethPolicy(net, sandboxId, effectivePolicy(policy, allowInternetAccess), log).catch((err: unknown) => log.warn({ err }, "cannot restore the sandbox's network rules"));
+    return new GvisorInstance({
+      sandboxId,
+      layout,
+      runsc,
+      pid,
+      startTime: startTime ?? procStat(pid)?.startTime ?? 0,
+      cgroup: openCgroup(p.cgroup, sandboxId),
+      cpuCount: Number(p.cpuCount) || 1,
+      memoryMB: Number(p.memoryMB) || 512,
+      allowInternetAccess,
+      netns,
+      net,
+      policy,
+      log,
+    });
+  }
+}
+
+/**
+ * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and
+ * on the host). Otherwise the kernel kills the biggest systrap stub, which may
+ * be one thread group's address space of a multi-threaded process such as
+ * envd's Node: runsc 20240729 then leaves it a zombie that never finishes
+ * exiting, and the sandbox is wedged, alive but unreachable. Killing the
+ * sentry ends the whole sandbox, reported as out of memory.
+ */
+function preferSentryOnOom(pid: number, log: Logger): void {
+  try {
+    writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
+  } catch (err) {
+    log.warn({ err }, "cannot raise the sandbox's OOM score: an out-of-memory sandbox may hang instead of stopping");
+  }
+}
+
+function isPolicy(v: unknown): v is EgressPolicy {
+  const p = v as Partial<EgressPolicy> | undefined;
+  return Array.isArray(p?.allow) && Array.isArray(p.deny);
+}
+
+function logTail(file: string): string {
+  try {
+    return readFileSync(file, "utf8").trim().split("\n").slice(-3).join(" | ");
+  } catch {
+    return "";
+  }
+}

@@ -1,0 +1,141 @@
+// The runsc command line: one sandbox's state lives under its own --root (in
+// the sandbox's directory), so a sandbox's files, its runsc state and, later,
+// its checkpoint images are one folder, and adoption after a restart needs
+// nothing but that folder.
+import { execFile, spawn } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import { promisify } from "node:util";
+import { findExecutable } from "../../host/checks.js";
+
+const exec = promisify(execFile);
+
+/** runsc: LOCALE2B_RUNSC, else on PATH (or where scripts/setup-host installs it). */
+export function findRunsc(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return findExecutable("runsc", env.LOCALE2B_RUNSC, env);
+}
+
+export const RUNSC_INSTALL =
+  "install gVisor's runsc: run scripts/setup-host (Debian trixie's static build into /usr/local/bin), or put gVisor's release on PATH (https://gvisor.dev/docs/user_guide/install/), or set LOCALE2B_RUNSC";
+
+/** The platform sandboxes run on: LOCALE2B_RUNSC_PLATFORM, else runsc's default (systrap; ptrace before 2023). */
+export function runscPlatform(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env.LOCALE2B_RUNSC_PLATFORM || undefined;
+}
+
+/** `runsc --version`'s first line ("runsc version 0.0~20240729.0"), and its default platform. */
+export async function runscVersion(bin: string): Promise<{ version: string; platform: string }> {
+  const { stdout } = await exec(bin, ["--version"], { timeout: 20_000 });
+  const version = stdout.split("\n")[0]!.replace(/^runsc version\s*/, "").trim();
+  let platform = runscPlatform() ?? "";
+  if (!platform) {
+    // `runsc flags` lists the flags with their defaults: "... (default \"systrap\")".
+    const text = await exec(bin, ["flags"], { timeout: 20_000 }).then(
+      (r) => `${r.stdout}${r.stderr}`,
+      (e: { stdout?: string; stderr?: string }) => `${e.stdout ?? ""}${e.stderr ?? ""}`,
+    );
+    const m = /-platform string\s*\n[^\n]*\(default "([^"]+)"\)/.exec(text);
+    platform = m?.[1] ?? "unknown";
+  }
+  return { version, platform };
+}
+
+export interface RunscState {
+  status: "created" | "running" | "paused" | "stopped" | string;
+  /** The sandbox (sentry) process on the host. */
+  pid: number;
+}
+
+export interface RunOptions {
+  bundle: string;
+  /** `sandbox` (a netstack on the devices of the bundle's network namespace) or `none` (loopback only). */
+  network: "sandbox" | "none";
+  /** The file the sandbox's stdout and stderr (its init's, envd's) and runsc's own errors go to. */
+  logFile: string;
+}
+
+/** runsc with one sandbox's state root; the container id is the sandbox id. */
+export class Runsc {
+  constructor(
+    readonly bin: string,
+    readonly root: string,
+    readonly id: string,
+  ) {}
+
+  private globals(): string[] {
+    const platform = runscPlatform();
+    return ["--root", this.root, ...(platform ? [`--platform=${platform}`] : [])];
+  }
+
+  /** Runs a short runsc command; its error says runsc's own words. */
+  async cmd(args: string[], timeoutMs = 60_000): Promise<string> {
+    try {
+      const { stdout } = await exec(this.bin, [...this.globals(), ...args], { timeout: timeoutMs, maxBuffer: 4 << 20 });
+      return stdout;
+    } catch (err) {
+      const e = err as { stderr?: string; message: string };
+      const why = (e.stderr || e.message).trim().split("\n").filter(Boolean).slice(-2).join(" | ");
+      throw new Error(`runsc ${args[0]} failed: ${why}`);
+    }
+  }
+
+  /**
+   * `runsc run -detach`: creates and starts the sandbox and returns once it
+   * runs. Its output goes to a file, never a pipe: the sandbox inherits
+   * runsc's stdio and would hold a pipe open (gvisor-notes). With a network
+   * of its own, runsc runs in a private mount namespace where /proc/sys/net is
+   * hidden: runsc 20240729 tests /proc/sys/net/core/rmem_default to decide
+   * whether it is in the host's network namespace, and on kernels >= 6 always
+   * answers yes (and refuses); upstream fixed it, hiding it is harmless there.
+   */
+  async run(o: RunOptions, timeoutMs = 120_000): Promise<void> {
+    const args = [...this.globals(), "--host-uds=all", `--network=${o.network}`, "--overlay2=none", "run", "-detach", "-bundle", o.bundle, this.id];
+    const [file, argv] =
+      o.network === "sandbox"
+        ? [findExecutable("unshare") ?? "unshare", ["--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o ro,size=4k none /proc/sys/net && exec "$0" "$@"', this.bin, ...args]]
+        : [this.bin, args];
+    const fd = openSync(o.logFile, "a");
+    try {
+      const child = spawn(file, argv, { detached: true, stdio: ["ignore", fd, fd], cwd: o.bundle, env: { PATH: process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin" } });
+      const code = await new Promise<number | string>((resolve) => {
+        const timer = setTimeout(() => {
+          child.kill("SIGKILL");
+          resolve(`no answer within ${timeoutMs} ms`);
+        }, timeoutMs);
+        child.once("error", (err) => {
+          clearTimeout(timer);
+          resolve(err.message);
+        });
+        child.once("exit", (c, sig) => {
+          clearTimeout(timer);
+          resolve(c ?? `killed by ${sig}`);
+        });
+      });
+      if (code !== 0) throw new Error(`runsc run failed (${typeof code === "number" ? `exit ${code}` : code})`);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** The sandbox's status and host pid, or undefined when runsc knows no such sandbox. */
+  async state(): Promise<RunscState | undefined> {
+    try {
+      const s = JSON.parse(await this.cmd(["state", this.id], 30_000)) as Partial<RunscState>;
+      return typeof s.pid === "number" && typeof s.status === "string" ? { status: s.status, pid: s.pid } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  pause(): Promise<string> {
+    return this.cmd(["pause", this.id]);
+  }
+
+  resume(): Promise<string> {
+    return this.cmd(["resume", this.id]);
+  }
+
+  /** Stops the sandbox (if it runs) and removes runsc's state and cgroups for it; what is gone is fine. */
+  async destroy(): Promise<void> {
+    await this.cmd(["delete", "-force", this.id]).catch(() => undefined);
+  }
+}

@@ -1,0 +1,198 @@
+// Ways out of a gVisor sandbox, tried from inside as `user` and as root with
+// the real JS SDK: host files, processes and devices, the host's loopback
+// services and the control plane, a neighbour sandbox. Then the network
+// policy (deny/allow lists, updateNetwork, no internet) against a test peer
+// host, the disk bound, an out-of-memory sandbox, and what a dead sandbox
+// leaves behind. Two sandboxes are shared by the whole file (gVisor is slow).
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { GvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { nftChain, uplinkAddress } from "../helpers/egress.js";
+import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
+import { startPeerHost, type PeerHost } from "../helpers/peer-host.js";
+import { rejection, setEnv, waitFor } from "../helpers/sdk.js";
+import { testImagesDir } from "../helpers/vm.js";
+
+const missing = gvisorMissing();
+const why = missing ? ` [skipped: ${missing}]` : "";
+const TIMEOUT = 300_000;
+
+let cp: TestControlPlane;
+let restoreEnv = () => {};
+let peer: PeerHost;
+let a: Sandbox;
+let b: Sandbox;
+const both = ["user", "root"] as const;
+const sha = (text: string | Buffer) => createHash("sha256").update(text).digest("hex");
+
+/** Runs a shell command; never throws: `[exit] stdout+stderr`. */
+async function sh(s: Sandbox, command: string, user?: "root" | "user"): Promise<{ code: number; out: string }> {
+  try {
+    const r = await s.commands.run(command, { ...(user ? { user } : {}), timeoutMs: 180_000 });
+    return { code: r.exitCode, out: `${r.stdout}${r.stderr}` };
+  } catch (err) {
+    const e = err as { exitCode?: number; stdout?: string; stderr?: string; message: string };
+    return { code: e.exitCode ?? -1, out: `${e.stdout ?? ""}${e.stderr ?? e.message}` };
+  }
+}
+
+const instance = (s: Sandbox) => cp.manager["instances"].get(s.sandboxId) as GvisorInstance;
+
+beforeAll(async () => {
+  if (missing) return;
+  peer = await startPeerHost();
+  cp = await startTestControlPlane({ runtime: gvisorRuntime(), imagesDir: testImagesDir() });
+  restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+  [a, b] = await Promise.all([Sandbox.create("base", { timeoutMs: 1_800_000 }), Sandbox.create("base", { timeoutMs: 1_800_000 })]);
+}, TIMEOUT);
+
+afterAll(async () => {
+  restoreEnv();
+  await cp?.close();
+  await peer?.close();
+});
+
+describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`, { timeout: TIMEOUT }, () => {
+  it("files API: as user /etc/shadow is 403; as root it is the image's, not the host's", async () => {
+    const err = await rejection(a.files.read("/etc/shadow"));
+    expect(err.message).toMatch(/permission denied/);
+    const inside = await a.files.read("/etc/shadow", { user: "root" });
+    expect(inside).toMatch(/^root:/);
+    expect(sha(inside)).not.toBe(sha(readFileSync("/etc/shadow")));
+  });
+
+  it.each(both)("as %s: sees nothing of the host: its files, the data dir, its processes, its devices", async (user) => {
+    const r = await sh(a, `ls ${cp.dataDir} 2>&1; ps -e -o comm=; ls /dev`, user);
+    expect(r.out).toMatch(/No such file or directory/);
+    expect(r.out).toMatch(/locale2b-init/);
+    expect(r.out).not.toMatch(/vitest|runsc|node_modules|\bkvm\b|\bsda\b|\bvda\b|\bloop\d/);
+    const dev = await sh(a, "cat /dev/kvm 2>&1 || echo no-kvm; mknod /tmp/mem c 1 1 2>&1 && head -c 16 /tmp/mem | od -An -tx1 | tr -d ' \\n'; echo", user);
+    expect(dev.out).toContain("no-kvm");
+    // mknod only changes gVisor's own view: no host memory behind it.
+    expect(dev.out).not.toMatch(/[1-9a-f]{8}/);
+  });
+
+  it.each(both)("as %s: the hostname and mounts change only gVisor's view, never the host's", async (user) => {
+    const hostname = readFileSync("/proc/sys/kernel/hostname", "utf8");
+    const pre = user === "root" ? "" : "sudo -n ";
+    const r0 = await sh(a, `${pre}sh -c 'hostname evil-${user}; mount -t tmpfs none /mnt; echo x > /mnt/x; echo 1 > /proc/sys/vm/drop_caches' 2>&1`, user);
+    // gVisor always sets no_new_privs: sudo (set-uid) cannot work, root work uses user: 'root'.
+    if (user === "user") expect(r0.out).toMatch(/no new privileges/);
+    expect(readFileSync("/proc/sys/kernel/hostname", "utf8")).toBe(hostname);
+    expect(existsSync("/mnt/x")).toBe(false);
+    const r = await sh(a, "cat /proc/self/cgroup", user);
+    expect(r.out).not.toContain(a.sandboxId);
+  });
+
+  it("ordinary root work stays inside: apt-style writes to /etc and /usr as root, user: 'root' files", async () => {
+    const r = await sh(a, "echo ok > /etc/locale2b-gv && mkdir -p /usr/local/lib/l2bgv && echo x > /usr/local/lib/l2bgv/f && cat /etc/locale2b-gv && id -u", "root");
+    expect(r).toEqual({ code: 0, out: "ok\n0\n" });
+    await a.files.write("/etc/locale2b-gv-files", "by the files API", { user: "root" });
+    expect(existsSync("/etc/locale2b-gv-files")).toBe(false);
+    expect((await sh(a, "echo hi > /opt/locale2b-gv && cat /opt/locale2b-gv", "root")).out).toBe("hi\n");
+    for (const p of ["/etc/locale2b-gv", "/usr/local/lib/l2bgv", "/opt/locale2b-gv"]) expect(existsSync(p)).toBe(false);
+    expect((await sh(b, "ls /etc/locale2b-gv /opt/locale2b-gv 2>&1")).code).not.toBe(0);
+  });
+
+  it("a neighbour's loopback-only server and its eth0 address are unreachable", async () => {
+    await b.commands.run("python3 -m http.server 8111 --bind 127.0.0.1 --directory /tmp", { background: true, timeoutMs: 0 });
+    await b.commands.run("python3 -m http.server 8112 --bind 0.0.0.0 --directory /tmp", { background: true, timeoutMs: 0 });
+    await waitFor(async () => (await sh(b, "curl -s -o /dev/null http://127.0.0.1:8111/ && curl -s -o /dev/null http://127.0.0.1:8112/")).code === 0, "b's servers");
+    const bAddr = /inet (\S+)\//.exec((await sh(b, "ip -4 -o addr show eth0")).out)![1]!;
+    for (const user of both) {
+      expect((await sh(a, "curl -s -m 5 http://127.0.0.1:8111/", user)).code, user).not.toBe(0);
+      expect((await sh(a, `curl -s -m 5 http://${bAddr}:8112/`, user)).code, user).not.toBe(0);
+    }
+  });
+
+  it("the host itself (its gateway address, its uplink address, the control plane's port) is unreachable", async () => {
+    const port = new URL(cp.url).port;
+    const gw = /default via (\S+)/.exec((await sh(a, "ip route show default")).out)![1]!;
+    expect(gw).toMatch(/^10\.201\./);
+    const host = uplinkAddress();
+    const targets = [`${gw}:${port}`, `127.0.0.1:${port}`, ...(host ? [`${host}:${port}`, `${host}:22`] : []), "169.254.169.254:80"];
+    for (const user of both) {
+      for (const t of targets) {
+        const r = await sh(a, `curl -s -m 5 -o /dev/null -w %{http_code} http://${t}/health`, user);
+        expect(r.code, `${user} → ${t}: ${r.out}`).not.toBe(0);
+      }
+    }
+  });
+});
+
+describe.skipIf(missing !== undefined)(`gvisor: egress rules${why}`, { timeout: TIMEOUT }, () => {
+  const reach = async (s: Sandbox, addr: string) => {
+    const out = (await sh(s, `curl -s -m 10 http://${addr}:${peer.port}/ || echo "refused (exit $?)"`)).out.trim();
+    return out.startsWith("peer-ok") ? "ok" : out;
+  };
+
+  it("reaches the peer with internet access; denyOut refuses one address; updateNetwork lifts and sets rules", async () => {
+    expect(await reach(a, peer.a)).toBe("ok");
+    const s = await Sandbox.create("base", { network: { denyOut: [`${peer.a}/32`] }, timeoutMs: 600_000 });
+    try {
+      expect(await reach(s, peer.a)).toMatch(/^refused/);
+      expect(await reach(s, peer.b)).toBe("ok");
+      await s.updateNetwork({});
+      expect(await reach(s, peer.a)).toBe("ok");
+      await s.updateNetwork({ denyOut: ["0.0.0.0/0"], allowOut: [`${peer.b}/32`] });
+      expect(await reach(s, peer.a)).toMatch(/^refused/);
+      expect(await reach(s, peer.b)).toBe("ok");
+      expect(nftChain(`sbx_${s.sandboxId}`)).toBeDefined();
+    } finally {
+      await s.kill();
+    }
+    expect(nftChain(`sbx_${s.sandboxId}`)).toBeUndefined();
+  });
+
+  it("without internet access nothing is reachable; an allow list given later opens just that", async () => {
+    const s = await Sandbox.create("base", { allowInternetAccess: false, timeoutMs: 600_000 });
+    try {
+      expect(await reach(s, peer.a)).toMatch(/^refused/);
+      await s.updateNetwork({ allowOut: [`${peer.a}/32`], allowInternetAccess: false });
+      expect(await reach(s, peer.a)).toBe("ok");
+      expect(await reach(s, peer.b)).toMatch(/^refused/);
+    } finally {
+      await s.kill();
+    }
+  });
+});
+
+describe.skipIf(missing !== undefined)(`gvisor: resources and clean-up${why}`, { timeout: TIMEOUT }, () => {
+  it("diskSizeMB is enforced: writing past it is ENOSPC inside; the sandbox goes on once space is freed", async () => {
+    const r = await sh(a, "dd if=/dev/zero of=/home/user/big bs=4M count=400 2>&1 | grep -c 'No space left on device'");
+    expect(r.out.trim()).toBe("1");
+    await sh(a, "rm -f /home/user/big");
+    expect((await sh(a, "echo alive > /home/user/ok && cat /home/user/ok")).out).toBe("alive\n");
+  });
+
+  it("a sandbox over its memory limit is stopped and reported as out of memory; its neighbours live", async () => {
+    const s = await Sandbox.create("base", { timeoutMs: 600_000 });
+    const id = s.sandboxId;
+    // Touched pages (b'x' * n), not calloc's untouched ones: they are charged to the sandbox's cgroup.
+    // The OOM killer takes the sentry (its oom_score_adj is 1000), and with it the whole sandbox.
+    const r = await sh(s, `python3 -c "b=[b'x'*(64<<20) for _ in range(64)]; print('survived')"`);
+    expect(r.out).not.toMatch(/survived/);
+    await waitFor(() => cp.store.getSandbox(id)?.state === "killed", "the sandbox to be reported dead");
+    expect(cp.store.getSandbox(id)!.endReason).toMatch(/ran out of memory \(\d+ MiB\)/);
+    expect((await sh(a, "echo alive")).out).toBe("alive\n");
+  });
+
+  it("a sandbox that dies leaves no directory, cgroup, network namespace, device or rules behind", async () => {
+    const s = await Sandbox.create("base", { timeoutMs: 600_000 });
+    const inst = instance(s);
+    const dir = `${cp.dataDir}/sandboxes/${s.sandboxId}`;
+    const device = inst.netDevice!;
+    const netns = `/run/netns/${(inst.persisted as { netns: string }).netns}`;
+    const cgroupDirs = Object.values(((inst.persisted as { cgroup: { dirs: Record<string, string> } }).cgroup ?? { dirs: {} }).dirs);
+    expect(cgroupDirs.length).toBeGreaterThan(0);
+    expect(existsSync(netns)).toBe(true);
+    process.kill(inst.pid, "SIGKILL");
+    const left = () => [dir, `/sys/class/net/${device}`, netns, ...cgroupDirs].filter((p) => existsSync(p));
+    await waitFor(() => left().length === 0, () => `clean-up (left: ${left().join(", ")})`);
+    expect(nftChain(`sbx_${s.sandboxId}`)).toBeUndefined();
+    expect(cp.store.getSandbox(s.sandboxId)!.state).toBe("killed");
+  });
+});

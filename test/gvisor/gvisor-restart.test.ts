@@ -1,0 +1,68 @@
+// A control-plane restart with gVisor sandboxes running: runsc detaches them,
+// so they live on; the next start re-adopts them (the same hybrid-vsock
+// socket, runsc state under each sandbox's directory), a paused one stays
+// paused and resumes, and one killed while the server was down is marked
+// dead with nothing of it left behind.
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox } from "e2b";
+import { describe, expect, it } from "vitest";
+import type { PersistedGvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { cmdline, isRunning } from "../../control-plane/runtimes/process/procfs.js";
+import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
+import { setEnv, waitFor } from "../helpers/sdk.js";
+import { testImagesDir } from "../helpers/vm.js";
+
+const missing = gvisorMissing();
+const why = missing ? ` [skipped: ${missing}]` : "";
+
+describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane restart${why}`, () => {
+  it("re-adopts running and paused sandboxes; one killed while the server was down is dead and cleaned up", { timeout: 300_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-gvisor-restart-"));
+    const apiKey = `e2b_${"d".repeat(40)}`;
+    const start = () => startTestControlPlane({ dataDir, apiKey, runtime: gvisorRuntime(), imagesDir: testImagesDir() });
+    let cp: TestControlPlane = await start();
+    let restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    const [running, paused, doomed] = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", { timeoutMs: 600_000 })));
+    try {
+      await running!.files.write("/home/user/before.txt", "before the restart");
+      const ticker = await running!.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
+      expect(await paused!.pause()).toBe(true);
+      const sentry = (id: string) => cp.store.getSandbox(id)!.runtimeData as unknown as PersistedGvisorInstance;
+      const doomedSentry = sentry(doomed!.sandboxId);
+      restore();
+      for (const s of [running!, paused!]) expect(isRunning(sentry(s.sandboxId).pid, sentry(s.sandboxId).startTime)).toBe(true);
+      // Stop the server (not its sandboxes), kill one sandbox's sentry while it is down, start again.
+      await cp.stopKeepingSandboxes();
+      process.kill(doomedSentry.pid, "SIGKILL");
+      cp = await start();
+      restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+
+      expect(cp.store.getSandbox(running!.sandboxId)!.state).toBe("running");
+      const again = await Sandbox.connect(running!.sandboxId);
+      expect(await again.files.read("/home/user/before.txt")).toBe("before the restart");
+      // The process started before the restart still runs.
+      expect((await again.commands.list()).some((p) => p.pid === ticker.pid)).toBe(true);
+      const n = Number((await again.commands.run("cat /tmp/count")).stdout);
+      await waitFor(async () => Number((await again.commands.run("cat /tmp/count")).stdout) > n, "the counter to go on");
+
+      expect(cp.store.getSandbox(paused!.sandboxId)!.state).toBe("paused");
+      const resumed = await Sandbox.connect(paused!.sandboxId); // connect resumes
+      expect((await resumed.commands.run("echo resumed")).stdout).toBe("resumed\n");
+
+      expect(cp.store.getSandbox(doomed!.sandboxId)!.state).toBe("killed");
+      expect(existsSync(join(dataDir, "sandboxes", doomed!.sandboxId))).toBe(false);
+      expect(existsSync(`/run/netns/${doomedSentry.netns}`)).toBe(false);
+    } finally {
+      restore();
+      await cp.close(); // kills what is left
+      // Whatever a failure left between the two servers: no sandbox outlives the test.
+      for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number)) {
+        if (cmdline(pid).some((a) => a.includes(dataDir))) process.kill(pid, "SIGKILL");
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,118 @@
+// One gVisor sandbox (runsc on the base template) behind a real control
+// plane: the same E2B JS SDK suite as every runtime (commands, PTY, files,
+// watch; test/helpers/sdk-envd-suite.ts), then what gvisor itself promises:
+// envd over the hybrid-vsock socket in the sandbox's host directory, a
+// user-space kernel, in-memory pause/resume with a stream held open, user
+// ports through the forwarder, stats from the host cgroup.
+import http from "node:http";
+import { Sandbox } from "e2b";
+import { describe, expect, it } from "vitest";
+import type { PersistedGvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { dialHybridVsock } from "../../control-plane/transport/hybrid-vsock.js";
+import { startTestControlPlane } from "../helpers/control-plane.js";
+import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
+import { defineEnvdSuite, suite } from "../helpers/sdk-envd-suite.js";
+import { rejection, waitFor } from "../helpers/sdk.js";
+import { testImagesDir } from "../helpers/vm.js";
+
+const missing = gvisorMissing();
+const why = missing ? ` [skipped: ${missing}]` : "";
+const TIMEOUT = 300_000;
+
+describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`, () => {
+  defineEnvdSuite({
+    start: () => startTestControlPlane({ runtime: gvisorRuntime(), imagesDir: testImagesDir() }),
+    timeoutMs: TIMEOUT,
+    sandboxTimeoutMs: 3_600_000,
+  });
+
+  const persisted = () => suite.cp!.store.getSandbox(suite.sandbox!.sandboxId)!.runtimeData as unknown as PersistedGvisorInstance;
+
+  describe("gvisor runtime: what only gVisor shows", { timeout: TIMEOUT }, () => {
+    it("serves envd on <dir>/host/envd.sock with the hybrid-vsock handshake; other ports are refused", async () => {
+      const inst = suite.cp!.manager.list().find((s) => s.id === suite.sandbox!.sandboxId)!;
+      expect(inst.runtime).toBe("gvisor");
+      const socketPath = `${suite.cp!.dataDir}/sandboxes/${inst.id}/host/envd.sock`;
+      const s = await dialHybridVsock(socketPath, 49983);
+      s.write("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      const reply = await new Promise<string>((resolve, reject) => {
+        let text = "";
+        s.on("data", (d: Buffer) => (text += d.toString()));
+        s.on("end", () => resolve(text));
+        s.on("error", reject);
+      });
+      expect(reply).toMatch(/^HTTP\/1\.1 204/);
+      const err = await rejection(dialHybridVsock(socketPath, 1234, 20_000));
+      expect(err.message).toMatch(/1234|closed|refused/);
+    });
+
+    it("runs under gVisor's kernel: dmesg says gVisor, only the template's files, init is locale2b-init", async () => {
+      const sbx = suite.sandbox!;
+      const r = await sbx.commands.run("dmesg 2>/dev/null | head -n 3; cat /proc/1/cmdline | tr '\\0' ' '; echo; hostname", { user: "root" });
+      expect(r.stdout).toMatch(/gVisor/i);
+      expect(r.stdout).toMatch(/locale2b-init --hybrid-listen/);
+      expect(r.stdout).toContain(sbx.sandboxId);
+      expect(persisted().pid).toBeGreaterThan(0);
+    });
+
+    it("reports CPU and memory from the host cgroup (gVisor's /proc reads zeros inside)", async () => {
+      const cp = suite.cp!;
+      const res = await fetch(`${cp.url}/sandboxes/${suite.sandbox!.sandboxId}/metrics`, { headers: { "X-API-Key": cp.apiKey } });
+      expect(res.status).toBe(200);
+      const m = ((await res.json()) as { memUsed?: number; memTotal?: number; diskTotal?: number }[]).at(-1);
+      expect(m?.memUsed).toBeGreaterThan(10 * 1024 * 1024);
+      expect(m?.memTotal).toBeGreaterThan(0);
+      expect(m?.diskTotal).toBeGreaterThan(0);
+    });
+
+    it("pauses in memory and resumes: processes, files and an open output stream survive", async () => {
+      const sandbox = suite.sandbox!;
+      await sandbox.files.write("/home/user/kept.txt", "kept across pause");
+      const out: string[] = [];
+      const ticker = await sandbox.commands.run("i=0; while true; do i=$((i+1)); echo $i; sleep 0.2; done", {
+        background: true,
+        timeoutMs: 0,
+        onStdout: (d) => void out.push(d),
+      });
+      await waitFor(() => out.join("").split("\n").length > 3, "the ticker's first lines");
+      expect(await sandbox.pause()).toBe(true);
+      expect((await Sandbox.getInfo(sandbox.sandboxId)).state).toBe("paused");
+      const before = out.join("");
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(out.join("")).toBe(before);
+
+      const again = await Sandbox.connect(sandbox.sandboxId);
+      expect((await Sandbox.getInfo(sandbox.sandboxId)).state).toBe("running");
+      await waitFor(() => out.join("").length > before.length + 8, "ticker output after resume");
+      const numbers = out.join("").trim().split("\n").map(Number);
+      expect(numbers).toEqual(numbers.map((_, i) => i + 1));
+      expect(await again.files.read("/home/user/kept.txt")).toBe("kept across pause");
+      expect(await again.commands.kill(ticker.pid)).toBe(true);
+    });
+
+    it("serves a server the user runs on <port>-<id>.<domain> (getHost) through the forwarder; a closed port is refused", async () => {
+      const sandbox = suite.sandbox!;
+      const cp = suite.cp!;
+      await sandbox.files.write("/home/user/www/hello.html", "hello from gVisor");
+      const server = await sandbox.commands.run("python3 -m http.server 8080 --bind 127.0.0.1 --directory /home/user/www", { background: true, timeoutMs: 0 });
+      const host = sandbox.getHost(8080);
+      expect(host).toBe(`8080-${sandbox.sandboxId}.localhost:${new URL(cp.url).port}`);
+      const get = (h: string, path: string) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const req = http.get(`${cp.url}${path}`, { headers: { host: h } }, (res) => {
+            let body = "";
+            res.on("data", (d: Buffer) => (body += d.toString()));
+            res.on("end", () => resolve({ status: res.statusCode!, body }));
+          });
+          req.on("error", reject);
+        });
+      let last = { status: 0, body: "" };
+      await waitFor(async () => (last = await get(host, "/hello.html")).status === 200, () => `the user's server on port 8080 (last: ${last.status} ${last.body})`);
+      expect(last.body).toBe("hello from gVisor");
+      const closed = await get(`8081-${sandbox.sandboxId}.localhost`, "/");
+      expect(closed.status).toBe(502);
+      expect(JSON.parse(closed.body).message).toMatch(/port 8081 in the sandbox: .*refused/i);
+      await sandbox.commands.kill(server.pid);
+    });
+  });
+});
