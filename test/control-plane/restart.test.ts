@@ -61,14 +61,15 @@ describe("control-plane restart (SIGKILL) loses nothing", () => {
     const envdB = (await api(server.url, "GET", `/sandboxes/${b.sandboxID}`)).body;
     expect(envdB.state).toBe("running");
 
-    // The control plane dies hard while a stream is open.
+    // The control plane dies hard while a stream is open (its exit may come before the stream's error).
+    const exited = new Promise((r) => (server!.child.exitCode !== null || server!.child.signalCode !== null ? r(undefined) : server!.child.once("exit", r)));
     server.child.kill("SIGKILL");
     const streamErr = await collect({ [Symbol.asyncIterator]: () => it }).then(
       () => undefined,
       (e: unknown) => ConnectError.from(e),
     );
     expect(streamErr).toBeInstanceOf(ConnectError);
-    await new Promise((r) => server!.child.once("exit", r));
+    await exited;
 
     // Sandbox b dies while no control plane watches it.
     const { execFileSync } = await import("node:child_process");

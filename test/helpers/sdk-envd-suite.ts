@@ -45,7 +45,7 @@ export function defineEnvdSuite(o: EnvdSuiteOptions): void {
     sandbox = await Sandbox.create("base", { metadata: { suite: "js-cp-envd" }, ...(o.sandboxTimeoutMs ? { timeoutMs: o.sandboxTimeoutMs } : {}) });
     suite.sandbox = sandbox;
     suite.cp = cp;
-  });
+  }, o.timeoutMs ?? 120_000); // a VM boot under emulation on a busy host can take minutes
   afterEach(async () => {
     for (const w of watches) await w.stop().catch(() => undefined);
     for (const pid of started) await sandbox.commands.kill(pid).catch(() => false);
