@@ -2,6 +2,7 @@ import { benchControlPlane } from "./sandboxes/index.js";
 import { benchE2bEnvd } from "./e2b-envd.js";
 import { benchExec } from "./exec.js";
 import { benchPorts } from "./ports.js";
+import { benchRuntimes } from "./runtimes.js";
 import { benchFiles } from "./files.js";
 import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
@@ -24,6 +25,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   ports: benchPorts,
   workspace: benchWorkspace,
   "e2b-envd": benchE2bEnvd,
+  runtimes: benchRuntimes,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -56,6 +58,8 @@ e2b-envd (E2B's Go envd beside ours; needs root, Go and a copy of e2b-dev/infra,
   LOCALE2B_BENCH_E2B_INFRA       the e2b-dev/infra repository (checkout or bare; default /work/.mirror/e2b-dev+infra/repo)
   LOCALE2B_BENCH_E2B_REF=HEAD    its commit to build (cached in ~/.cache/locale2b/e2b-envd/<commit>/envd)
   LOCALE2B_BENCH_E2B_ENVD        a prebuilt E2B envd binary instead
+runtimes (gvisor beside the process runtime; gvisor needs runsc, else it says "skipped"):
+  LOCALE2B_BENCH_RUNTIMES_N=8    creates per runtime (5x as many execs)
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

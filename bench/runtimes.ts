@@ -1,0 +1,121 @@
+import type { Client } from "@connectrpc/connect";
+import type { Process } from "../gen/ts/process/process_pb.js";
+import { findExecutable } from "../control-plane/host/checks.js";
+import { request, startControlPlaneChild, type ControlPlaneChild, type SandboxHandle } from "./lib/control-plane.js";
+import type { GoalResult } from "./lib/goal.js";
+import { envInt, fmtMs, fmtRatio, heading, printTable } from "./lib/report.js";
+import { processTable, sandboxPids, sumMemory } from "./lib/procmem.js";
+import { proxyClient, startTrue } from "./lib/sandboxes.js";
+import { median } from "./lib/stats.js";
+
+/**
+ * `npm run bench -- runtimes`: the gvisor runtime beside the process runtime
+ * (the default), each on its own `locale2b serve` (no warm pool) in the same
+ * run: create -> first output, exec round trip and a 64 MiB stdout stream
+ * through the proxy, an idle sandbox's memory (PSS of its processes), and an
+ * in-memory pause -> resume -> first output. gvisor is skipped, and says
+ * why, where runsc is not installed.
+ */
+
+const READY = { cmd: "/bin/bash", args: ["-l", "-c", "echo ready"], envs: {} };
+const MiB = 1024 * 1024;
+
+async function firstOutput(client: Client<typeof Process>, t0: number): Promise<number> {
+  let first: number | undefined;
+  for await (const res of client.start({ process: READY, stdin: false })) {
+    const e = res.event?.event;
+    if (e?.case === "data" && first === undefined) first = performance.now();
+  }
+  if (first === undefined) throw new Error("`echo ready` printed nothing");
+  return first - t0;
+}
+
+async function streamMiBs(client: Client<typeof Process>, bytes: number): Promise<number> {
+  const t0 = performance.now();
+  let got = 0;
+  for await (const res of client.start({ process: { cmd: "/bin/sh", args: ["-c", `head -c ${bytes} /dev/zero`] }, stdin: false })) {
+    const e = res.event?.event;
+    if (e?.case === "data" && e.value.output.case === "stdout") got += e.value.output.value.length;
+  }
+  if (got !== bytes) throw new Error(`stream: ${got} of ${bytes} bytes`);
+  return bytes / MiB / ((performance.now() - t0) / 1000);
+}
+
+interface Row {
+  createFirst: number;
+  exec: number;
+  stream: number;
+  pssMiB: number;
+  pauseMs: number;
+  resumeFirst: number;
+}
+
+async function measure(cp: ControlPlaneChild, n: number): Promise<Row> {
+  const creates: number[] = [];
+  for (let i = 0; i < n + 1; i++) {
+    const t0 = performance.now();
+    const sb = await cp.createSandbox(600);
+    const ms = await firstOutput(proxyClient(cp, sb), t0);
+    if (i > 0) creates.push(ms); // the first warms the server
+    await cp.deleteSandbox(sb.id);
+  }
+  const sb: SandboxHandle = await cp.createSandbox(600);
+  const client = proxyClient(cp, sb, true);
+  const execs: number[] = [];
+  for (let i = 0; i < 5 * n + 5; i++) {
+    const t0 = performance.now();
+    await startTrue(client);
+    if (i >= 5) execs.push(performance.now() - t0);
+  }
+  await new Promise((r) => setTimeout(r, 2_000)); // idle, before any big stream grows envd's heap
+  const pss = sumMemory(sandboxPids(sb.id, sb.dir, processTable()).pids).pss;
+  const streams: number[] = [];
+  for (let i = 0; i < 3; i++) streams.push(await streamMiBs(client, 64 * MiB));
+  const pauses: number[] = [];
+  const resumes: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    let t0 = performance.now();
+    const p = await request(`${cp.url}/sandboxes/${sb.id}/pause`, "POST", { "X-API-Key": cp.apiKey }, {});
+    if (p.status !== 204) throw new Error(`pause answered ${p.status}: ${p.body.slice(0, 200)}`);
+    pauses.push(performance.now() - t0);
+    t0 = performance.now();
+    const c = await request(`${cp.url}/sandboxes/${sb.id}/connect`, "POST", { "X-API-Key": cp.apiKey }, { timeout: 600 });
+    if (c.status !== 201 && c.status !== 200) throw new Error(`connect answered ${c.status}: ${c.body.slice(0, 200)}`);
+    resumes.push(await firstOutput(proxyClient(cp, sb), t0));
+  }
+  await cp.deleteSandbox(sb.id);
+  return { createFirst: median(creates), exec: median(execs), stream: median(streams), pssMiB: pss / MiB, pauseMs: median(pauses), resumeFirst: median(resumes) };
+}
+
+export async function benchRuntimes(): Promise<GoalResult[]> {
+  const n = envInt("LOCALE2B_BENCH_RUNTIMES_N", 8);
+  heading(`runtimes: gvisor beside process (each its own server, no warm pool; N=${n} creates, ${5 * n} execs, 3 streams of 64 MiB, 3 pause/resume)`);
+  const rows: Record<string, Row> = {};
+  const runtimes = ["process", ...(findExecutable("runsc") ? ["gvisor"] : [])];
+  if (runtimes.length === 1) console.log("gvisor: skipped (no runsc: scripts/setup-host installs it)");
+  for (const runtime of runtimes) {
+    const cp = await startControlPlaneChild({ extraArgs: ["--runtime", runtime, "--warm-pool", "0"], timeoutMs: 60_000 });
+    try {
+      rows[runtime] = await measure(cp, n);
+    } finally {
+      await cp.stop();
+    }
+  }
+  const p = rows.process!;
+  const g = rows.gvisor;
+  const line = (name: string, f: (r: Row) => number, fmt: (v: number) => string) => [name, fmt(f(p)), g ? fmt(f(g)) : "-", g ? fmtRatio(f(g) / f(p)) : "-"];
+  const mibs = (v: number) => `${v.toFixed(0)} MiB/s`;
+  const mib = (v: number) => `${v.toFixed(1)} MiB`;
+  printTable(
+    ["measure (medians)", "process", "gvisor", "gvisor / process"],
+    [
+      line("create -> first output of `bash -l -c 'echo ready'`", (r) => r.createFirst, fmtMs),
+      line("exec round trip (/bin/true, Connect binary, via proxy)", (r) => r.exec, fmtMs),
+      line("stdout stream, 64 MiB (Connect binary, via proxy)", (r) => r.stream, mibs),
+      line("idle sandbox memory (PSS of its processes, after a few execs)", (r) => r.pssMiB, mib),
+      line("pause (in memory)", (r) => r.pauseMs, fmtMs),
+      line("connect (resume) -> first output", (r) => r.resumeFirst, fmtMs),
+    ],
+  );
+  return g ? [{ benchmark: "runtimes", metric: "gvisor create -> first output (cold)", value: fmtMs(g.createFirst), goal: "-", ok: true }] : [];
+}
