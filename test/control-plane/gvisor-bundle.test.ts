@@ -49,6 +49,7 @@ describe("gvisor sandbox directory and network", () => {
     const l = gvisorLayout("/d/s1");
     for (const p of [l.config, l.rootfs, l.disk, l.diskMount, l.socket, l.runscRoot, l.log]) expect(p.startsWith("/d/s1/")).toBe(true);
     expect(l.socket).toBe("/d/s1/host/envd.sock");
+    expect(l.dialSocket).toBe("/d/s1/envd.sock"); // out of the sandbox's reach
   });
 
   it("a veth's rules: the policy, else everything with internet access, else nothing", () => {

@@ -5,10 +5,14 @@
 // host, the disk bound, an out-of-memory sandbox, and what a dead sandbox
 // leaves behind. Two sandboxes are shared by the whole file (gVisor is slow).
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { GvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { dialHybridVsock } from "../../control-plane/transport/hybrid-vsock.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain, uplinkAddress } from "../helpers/egress.js";
 import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
@@ -105,6 +109,34 @@ describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`,
     for (const user of both) {
       expect((await sh(a, "curl -s -m 5 http://127.0.0.1:8111/", user)).code, user).not.toBe(0);
       expect((await sh(a, `curl -s -m 5 http://${bAddr}:8112/`, user)).code, user).not.toBe(0);
+    }
+  });
+
+  it("envd's socket in the shared host dir, swapped for a symlink to a host socket as root, never makes the control plane dial that socket", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "l2b-lure-"));
+    const lure = join(dir, "lure.sock");
+    const dialed: string[] = [];
+    const server = net.createServer((s) => {
+      s.on("data", (d) => dialed.push(d.toString()));
+      s.on("error", () => undefined);
+    });
+    await new Promise<void>((r) => server.listen(lure, r));
+    try {
+      const r = await sh(a, `ls -la /run/locale2b-host/; rm -f /run/locale2b-host/envd.sock; ln -s ${lure} /run/locale2b-host/envd.sock && echo swapped`, "root");
+      expect(r.out).toContain("swapped");
+      // The control plane goes on dialing the real socket (moved out of the shared dir at start): new connections work.
+      const again = await Sandbox.connect(a.sandboxId);
+      expect((await again.commands.run("echo still-mine")).stdout).toBe("still-mine\n");
+      expect((await sh(a, "cat /etc/hostname")).code).toBe(0);
+      // Where the control plane dials (a fresh connection, not a pooled one) is out of the sandbox's reach.
+      const dialPath = instance(a).socketPath;
+      expect(dialPath).toBe(join(cp.dataDir, "sandboxes", a.sandboxId, "envd.sock"));
+      const sock = await dialHybridVsock(dialPath, 49983, 10_000);
+      sock.destroy();
+      expect(dialed).toEqual([]);
+    } finally {
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

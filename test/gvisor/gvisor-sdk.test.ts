@@ -29,10 +29,10 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
   const persisted = () => suite.cp!.store.getSandbox(suite.sandbox!.sandboxId)!.runtimeData as unknown as PersistedGvisorInstance;
 
   describe("gvisor runtime: what only gVisor shows", { timeout: TIMEOUT }, () => {
-    it("serves envd on <dir>/host/envd.sock with the hybrid-vsock handshake; other ports are refused", async () => {
+    it("serves envd on <dir>/envd.sock (moved out of the shared host dir) with the hybrid-vsock handshake; other ports are refused", async () => {
       const inst = suite.cp!.manager.list().find((s) => s.id === suite.sandbox!.sandboxId)!;
       expect(inst.runtime).toBe("gvisor");
-      const socketPath = `${suite.cp!.dataDir}/sandboxes/${inst.id}/host/envd.sock`;
+      const socketPath = `${suite.cp!.dataDir}/sandboxes/${inst.id}/envd.sock`;
       const s = await dialHybridVsock(socketPath, 49983);
       s.write("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
       const reply = await new Promise<string>((resolve, reject) => {

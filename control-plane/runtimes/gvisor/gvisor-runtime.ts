@@ -105,6 +105,7 @@ export class GvisorRuntime implements Runtime {
       });
       writeFileSync(layout.config, JSON.stringify(config, null, 2));
       rmSync(layout.socket, { force: true });
+      rmSync(layout.dialSocket, { force: true });
       started = true;
       await runsc.run({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log });
       const state = await runsc.state();
@@ -161,7 +162,7 @@ export class GvisorRuntime implements Runtime {
     const allowInternetAccess = p.allowInternetAccess !== false;
     // The host's rules may be from another server version (rewritten at first use): put the sandbox's back.
     if (net) await updateVethPolicy(net, sandboxId, effectivePolicy(policy, allowInternetAccess), log).catch((err: unknown) => log.warn({ err }, "cannot restore the sandbox's network rules"));
-    return new GvisorInstance({
+    const adopted = new GvisorInstance({
       sandboxId,
       layout,
       runsc,
@@ -176,6 +177,8 @@ export class GvisorRuntime implements Runtime {
       policy,
       log,
     });
+    adopted.vsockReady(); // a sandbox started before its socket was moved out of reach: move it now
+    return adopted;
   }
 }
 

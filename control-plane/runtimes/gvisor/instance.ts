@@ -1,4 +1,4 @@
-import { readFileSync, statfsSync } from "node:fs";
+import { existsSync, lstatSync, readFileSync, renameSync, rmSync, statfsSync, type Stats } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
@@ -59,6 +59,19 @@ export function effectivePolicy(policy: EgressPolicy | undefined, allowInternetA
  * the control plane; its death is seen by polling its sentry's pid. Pause is
  * in memory (`runsc pause`): open connections survive it.
  */
+function lstatOrUndefined(path: string): Stats | undefined {
+  try {
+    return lstatSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Unix socket itself at `path` (a symlink to one does not count). */
+function socketAt(path: string): boolean {
+  return lstatOrUndefined(path)?.isSocket() ?? false;
+}
+
 export class GvisorInstance implements Instance {
   readonly sandboxId: string;
   readonly socketPath: string;
@@ -75,7 +88,7 @@ export class GvisorInstance implements Instance {
 
   constructor(private readonly o: GvisorInstanceInit) {
     this.sandboxId = o.sandboxId;
-    this.socketPath = o.layout.socket;
+    this.socketPath = o.layout.dialSocket;
     this.policy = o.policy;
     this.ooms = o.cgroup?.oomKills() ?? 0;
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
@@ -84,6 +97,34 @@ export class GvisorInstance implements Instance {
       else this.ooms = o.cgroup?.oomKills() ?? this.ooms;
     });
     this.cpuSample = { ns: o.cgroup?.cpuNs() ?? 0, at: process.hrtime.bigint() };
+  }
+
+  /**
+   * True once envd's socket is where the control plane dials it. The init
+   * creates it in the host directory the sandbox shares, where root in the
+   * sandbox could swap it for a symlink to any Unix socket on the host, and
+   * the control plane's dials would follow it. So the socket is renamed out
+   * of that directory (a listening socket keeps working under a new name)
+   * as soon as it is there, and only a real socket is: anything else there
+   * (a symlink, a file) is never dialed, and the create times out saying so.
+   */
+  vsockReady(): boolean {
+    if (socketAt(this.o.layout.dialSocket)) return true;
+    if (!socketAt(this.o.layout.socket)) {
+      if (existsSync(this.o.layout.socket) || lstatOrUndefined(this.o.layout.socket)?.isSymbolicLink()) {
+        this.o.log.warn({ sandboxId: this.sandboxId }, "envd's socket in the sandbox's shared host directory is not a socket (tampered with from inside?): not dialing it");
+      }
+      return false;
+    }
+    try {
+      renameSync(this.o.layout.socket, this.o.layout.dialSocket);
+    } catch {
+      return false;
+    }
+    // rename() moves whatever is there at that moment: check what arrived.
+    if (socketAt(this.o.layout.dialSocket)) return true;
+    rmSync(this.o.layout.dialSocket, { force: true });
+    return false;
   }
 
   get persisted(): Record<string, unknown> {

@@ -25,7 +25,13 @@ export interface GvisorLayout {
   disk: string;
   diskMount: string;
   hostDir: string;
+  /** Where the sandbox's init creates envd's socket: in the host directory it shares (and can write). */
   socket: string;
+  /**
+   * Where the control plane dials it: the same socket, renamed out of the
+   * shared directory once it is there (see GvisorInstance.vsockReady).
+   */
+  dialSocket: string;
   runscRoot: string;
   log: string;
 }
@@ -42,6 +48,7 @@ export function gvisorLayout(dir: string): GvisorLayout {
     diskMount: join(dir, "disk"),
     hostDir,
     socket: join(hostDir, SOCKET_NAME),
+    dialSocket: join(dir, SOCKET_NAME),
     runscRoot: join(dir, "runsc"),
     log: join(dir, "sandbox.log"),
   };
