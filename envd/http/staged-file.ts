@@ -13,6 +13,8 @@ import type { UserDb } from "../users.js";
 
 const NEW_FILE_MODE = 0o644;
 const NEW_DIR_MODE = 0o755;
+/** Bytes an upload's file sink gathers before it pushes back on the request body. */
+const SINK_BUFFER_BYTES = 2 * 1024 * 1024;
 
 /**
  * Where replacements of existing files are received before they are copied
@@ -107,7 +109,9 @@ export class StagedFile {
       this.sourceFailed = true;
       throw source.errored ?? new Error("the upload stream closed before it was written");
     }
-    const sink = createWriteStream(this.tmp, { flags: "wx", mode: this.tmp === this.target ? this.mode : 0o600 });
+    // A large high-water mark: while one write is on its way to disk, the chunks that arrive meanwhile
+    // are gathered and go down in one writev.
+    const sink = createWriteStream(this.tmp, { flags: "wx", mode: this.tmp === this.target ? this.mode : 0o600, highWaterMark: SINK_BUFFER_BYTES });
     sink.once("open", () => (this.written = true));
     this.sink = sink;
     let first: "source" | "sink" | undefined;
