@@ -1,13 +1,15 @@
 import { randomBytes } from "node:crypto";
 import { accessSync, constants, createWriteStream, lstatSync, mkdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { chmod, chown, copyFile, mkdir, realpath, stat, unlink } from "node:fs/promises";
+import { chmod, chown, copyFile, mkdir, open, realpath, stat, unlink } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { replaceMetadata } from "../filesystem/xattr.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
+import { receiveInto } from "./file-receiver.js";
 import { AccessDenied, FsAccess } from "../auth/fs-access.js";
 import type { UserDb } from "../users.js";
 
@@ -122,6 +124,20 @@ export class StagedFile {
     } catch (err) {
       this.sourceFailed = first === "source";
       throw err;
+    }
+  }
+
+  /**
+   * Writes a raw (identity) request body into the temporary file, straight
+   * from the socket (file-receiver.ts): the fast path of octet-stream uploads.
+   */
+  async receive(req: IncomingMessage): Promise<void> {
+    const handle = await open(this.tmp, "wx", this.tmp === this.target ? this.mode : 0o600);
+    this.written = true;
+    try {
+      await receiveInto(handle.fd, req);
+    } finally {
+      await handle.close().catch(() => undefined);
     }
   }
 
