@@ -10,7 +10,7 @@ export interface ByteSink {
   write(chunk: Uint8Array, callback: (err?: Error | null) => void): boolean;
   end(): unknown;
   destroy(err?: Error): unknown;
-  once(event: "drain" | "close" | "finish", listener: () => void): unknown;
+  once(event: "close" | "finish", listener: () => void): unknown;
   readonly destroyed: boolean;
 }
 
@@ -19,8 +19,10 @@ export interface ByteSink {
  * ends it. A few fixed buffers go round: each is read into (one read at a
  * time, in order), written, and reused only once its write has been handed
  * to the kernel, so a transfer allocates nothing per chunk and holds at most
- * `BUFFERS * CHUNK_BYTES` whatever the file's size. Back-pressure: no read
- * starts while the sink wants a drain or every buffer is still in flight.
+ * `BUFFERS * CHUNK_BYTES` whatever the file's size. Back-pressure is the
+ * pool itself: no read starts while every buffer is still in flight (a
+ * chunk is larger than the socket's high-water mark, so waiting for `drain`
+ * instead would leave one buffer in flight and reads and writes in turn).
  * Resolves when the sink finished; rejects (the sink destroyed) when the
  * read fails, the file shrank, or the client went away.
  */
@@ -31,7 +33,6 @@ export function sendFileRange(fd: number, start: number, end: number, sink: Byte
     let allocated = 0;
     let pos = start;
     let reading = false;
-    let draining = false;
     let ended = false;
     let failed = false;
     let finished = false;
@@ -59,7 +60,7 @@ export function sendFileRange(fd: number, start: number, end: number, sink: Byte
     };
 
     const step = () => {
-      if (reading || draining || ended || failed || sink.destroyed) return;
+      if (reading || ended || failed || sink.destroyed) return;
       if (pos >= last) {
         ended = true;
         sink.end();
@@ -73,18 +74,11 @@ export function sendFileRange(fd: number, start: number, end: number, sink: Byte
         if (err) return fail(err);
         if (n === 0) return fail(new Error(`the file ended at byte ${pos}, before the ${last} bytes announced`));
         pos += n;
-        const ok = sink.write(n === buf.length ? buf : buf.subarray(0, n), (werr) => {
+        sink.write(n === buf.length ? buf : buf.subarray(0, n), (werr) => {
           free.push(buf);
           if (werr) fail(werr);
           else step();
         });
-        if (!ok) {
-          draining = true;
-          sink.once("drain", () => {
-            draining = false;
-            step();
-          });
-        }
         step();
       });
     };

@@ -118,10 +118,19 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   return { method, message, hctx };
 }
 
+/**
+ * Bytes a stream may have handed to its response that the socket has not
+ * taken yet. An event (up to 64 KiB) is above the socket's own high-water
+ * mark, so waiting for `drain` after every write would take turns with the
+ * socket; a small window keeps the socket fed and memory bounded.
+ */
+const WRITE_WINDOW_BYTES = 512 * 1024;
+
 /** Writes; resolves when the socket can take more (at once, or after `drain`), false once the client is gone. */
 function write(res: ServerResponse, chunk: Buffer, written?: () => void): Promise<boolean> | boolean {
   if (res.destroyed) return false;
-  if (res.write(chunk, written && ((err) => !err && written()))) return true;
+  res.write(chunk, written && ((err) => !err && written()));
+  if (res.writableLength < WRITE_WINDOW_BYTES) return true;
   return new Promise((resolve) => {
     const done = (v: boolean) => () => {
       res.off("drain", onDrain);
@@ -136,16 +145,19 @@ function write(res: ServerResponse, chunk: Buffer, written?: () => void): Promis
 }
 
 /**
- * Buffers for data events, reused once the socket has taken their bytes: a
- * stream allocates a few, not one per event (fresh 64 KiB buffers cost more
- * in allocation and GC than the copy into them).
+ * Buffers for large data events, reused once the socket has taken their
+ * bytes: a busy stream allocates a few, not one per event (fresh 64 KiB
+ * buffers cost more in allocation and GC than the copy into them).
  */
 class BufferPool {
   private static readonly SIZE = 96 * 1024;
   private static readonly KEEP = 8;
+  /** Smaller events come from Node's shared slab: a stream that only ever sends a line holds no pool. */
+  private static readonly MIN = 16 * 1024;
   private readonly free: Buffer[] = [];
 
   take(size: number): Buffer {
+    if (size < BufferPool.MIN) return Buffer.allocUnsafe(size);
     if (size > BufferPool.SIZE) return Buffer.allocUnsafeSlow(size);
     return this.free.pop() ?? Buffer.allocUnsafeSlow(BufferPool.SIZE);
   }
