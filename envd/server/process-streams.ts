@@ -40,12 +40,15 @@ export function createProcessStreams(ctx: EnvdContext, impl: ServiceImpl<typeof 
     if (!method || req.method !== "POST" || req.httpVersionMajor !== 1 || !Object.hasOwn(TYPES, type)) return false;
     const encoding = req.headers["connect-content-encoding"];
     if (encoding !== undefined && encoding !== "identity") return false;
+    // A body announced over the limit is connect-es's to refuse (it reads no more of it than needed).
+    if (Number(req.headers["content-length"] ?? 0) > readMaxBytes) return false;
     const binary = TYPES[type as keyof typeof TYPES];
     readBody(req, readMaxBytes).then(
       (body) => {
-        if (body === undefined) return fallback(req, res, new Uint8Array(0)); // over the limit: connect-es says so
-        const call = prepare(ctx, req, res, method, binary, body);
-        if (!call) return fallback(req, res, body);
+        if (!body.complete) return fallback(req, res, body.bytes); // over the limit: connect-es refuses it by its header
+        const bytes = body.bytes;
+        const call = prepare(ctx, req, res, method, binary, bytes);
+        if (!call) return fallback(req, res, bytes);
         void serve(res, call, impl, binary);
       },
       () => res.destroy(), // the client went away mid-request
@@ -54,16 +57,23 @@ export function createProcessStreams(ctx: EnvdContext, impl: ServiceImpl<typeof 
   };
 }
 
-/** The whole (small) request body; undefined when it exceeds `limit`. */
-function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array | undefined> {
+/**
+ * The whole (small) request body; past `limit` bytes only its first five
+ * (the envelope header, whose length connect-es checks) and `complete` false.
+ */
+function readBody(req: IncomingMessage, limit: number): Promise<{ bytes: Uint8Array; complete: boolean }> {
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] = [];
     let size = 0;
     req.on("data", (c: Buffer) => {
       size += c.length;
       if (size <= limit) chunks.push(c);
+      else if (chunks.length !== 1 || chunks[0]!.length < 5) chunks = [Buffer.concat([...chunks, c]).subarray(0, 5)];
     });
-    req.once("end", () => resolve(size > limit ? undefined : chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("end", () => {
+      const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      resolve({ bytes, complete: size <= limit });
+    });
     req.once("error", reject);
     req.once("close", () => {
       if (!req.complete) reject(new Error("aborted"));

@@ -23,13 +23,17 @@ interface Raw {
 }
 
 /** POST /process.Process/Start with exactly this content type, the answer split into its envelopes. */
-function rawStart(contentType: string, request: object, headers: Record<string, string> = {}): Promise<Raw> {
+function rawStart(contentType: string, request: object | Buffer, headers: Record<string, string> = {}): Promise<Raw> {
   const binary = /proto/i.test(contentType);
-  const message = create(StartRequestSchema, request);
-  const data = binary ? toBinary(StartRequestSchema, message) : Buffer.from(toJsonString(StartRequestSchema, message));
-  const body = Buffer.alloc(5 + data.length);
-  body.writeUInt32BE(data.length, 1);
-  body.set(data, 5);
+  let body: Buffer;
+  if (Buffer.isBuffer(request)) body = request;
+  else {
+    const message = create(StartRequestSchema, request);
+    const data = binary ? toBinary(StartRequestSchema, message) : Buffer.from(toJsonString(StartRequestSchema, message));
+    body = Buffer.alloc(5 + data.length);
+    body.writeUInt32BE(data.length, 1);
+    body.set(data, 5);
+  }
   return new Promise((resolve, reject) => {
     const req = http.request(`${envd.url}/process.Process/Start`, { method: "POST", headers: { "content-type": contentType, ...headers } }, (res) => {
       const chunks: Buffer[] = [];
@@ -47,7 +51,9 @@ function rawStart(contentType: string, request: object, headers: Record<string, 
       res.on("error", reject);
     });
     req.on("error", reject);
-    req.end(body);
+    // Chunked (no Content-Length), so envd learns a body's size only by reading it.
+    req.write(body);
+    req.end();
   });
 }
 
@@ -80,7 +86,12 @@ describe("envd's Connect stream writer", () => {
   ] as const;
 
   it("answers output, exit and errors exactly as connect-es does, JSON and binary", async () => {
-    const cases: { request: object; headers?: Record<string, string> }[] = [
+    // A message over envd's 64 MiB limit for one RPC message, sent without Content-Length.
+    const huge = Buffer.alloc(5 + 65 * 1024 * 1024);
+    huge.writeUInt32BE(huge.length - 5, 1);
+    const cases: { request: object | Buffer; headers?: Record<string, string> }[] = [
+      { request: huge },
+      { request: Buffer.from([0, 0, 0, 0, 9, 1, 2]) },
       { request: sh("printf 'hello\\000world'; exit 3") },
       { request: sh("seq 1 40000; echo done >&2") },
       { request: { process: { cmd: "/bin/true", cwd: "/no/such/dir" } } },
