@@ -2,6 +2,13 @@ import type { IncomingMessage } from "node:http";
 import { PassThrough, type Readable } from "node:stream";
 import { HttpError } from "./common.js";
 
+/**
+ * Bytes of request body held between the socket and the file: the socket
+ * keeps being read while a write to disk is under way, and the file's sink
+ * gets many chunks per write (writev).
+ */
+export const BODY_BUFFER_BYTES = 1024 * 1024;
+
 /** The client closed the connection before the request body was complete. */
 export class RequestAbortedError extends Error {
   constructor() {
@@ -23,7 +30,7 @@ export interface DetachedBody {
  * so an error response can still be written. Back-pressure is kept.
  */
 export function detachBody(req: IncomingMessage): DetachedBody {
-  const stream = new PassThrough();
+  const stream = new PassThrough({ highWaterMark: BODY_BUFFER_BYTES });
   const onError = (err: Error) => stream.destroy(err);
   const onClose = () => {
     if (!req.complete) stream.destroy(new RequestAbortedError());

@@ -14,6 +14,7 @@ import {
   notModifiedSince,
   parseRange,
 } from "./download-headers.js";
+import { sendFileRange } from "./file-sender.js";
 import { authorizeFiles } from "./signature.js";
 
 /** gzip level for downloads: fast, as the bytes are usually headed over a network. */
@@ -80,7 +81,7 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
         return;
       }
       streaming = true;
-      await pump(handle, undefined, res, true);
+      await gzipped(handle, res);
       return;
     }
 
@@ -105,23 +106,24 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
       return;
     }
     streaming = true;
-    await pump(handle, range ?? { start: 0, end: size - 1 }, res, false);
+    const { start, end } = range ?? { start: 0, end: size - 1 };
+    try {
+      await sendFileRange(handle.fd, start, end, res);
+    } catch {
+      // Client went away or the read failed after the headers: the response is cut short (sendFileRange destroyed it).
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
   } finally {
     if (!streaming) await handle.close().catch(() => undefined);
   }
 };
 
-/** Streams (part of) the open file to the response with back-pressure; the stream closes the handle. */
-async function pump(
-  handle: FileHandle,
-  range: { start: number; end: number } | undefined,
-  res: NodeJS.WritableStream & { destroy(err?: Error): void },
-  gzip: boolean,
-): Promise<void> {
-  const source = handle.createReadStream({ ...(range ?? {}), autoClose: true, highWaterMark: 64 * 1024 });
+/** Streams the open file gzipped to the response with back-pressure; the stream closes the handle. */
+async function gzipped(handle: FileHandle, res: NodeJS.WritableStream & { destroy(err?: Error): void }): Promise<void> {
+  const source = handle.createReadStream({ autoClose: true, highWaterMark: 256 * 1024 });
   try {
-    if (gzip) await pipeline(source, createGzip({ level: GZIP_LEVEL, chunkSize: 256 * 1024 }), res);
-    else await pipeline(source, res);
+    await pipeline(source, createGzip({ level: GZIP_LEVEL, chunkSize: 256 * 1024 }), res);
   } catch {
     // Client went away or the read failed after the headers: the response is cut short.
     res.destroy();

@@ -38,21 +38,25 @@ export const handleUpload: RouteHandler = async (ctx, req, res, query) => {
   const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
 
   const staged: StagedFile[] = [];
-  const body = detachBody(req);
+  // A plain octet-stream body goes from the socket to the file with nothing in between (file-receiver.ts).
+  const raw = type === "application/octet-stream" && decoding === undefined;
+  const body = raw ? undefined : detachBody(req);
   try {
     if (type === "application/octet-stream") {
       if (!fixedDest) throw new HttpError(400, "the 'path' query parameter is required for application/octet-stream uploads");
       const file = await StagedFile.create(fixedDest, user, ctx.users);
       staged.push(file);
-      await file.write(decode(body.stream, decoding));
-    } else if (type === "multipart/form-data") {
+      if (body) await file.write(decode(body.stream, decoding));
+      else await file.receive(req);
+    } else if (body && type === "multipart/form-data") {
       await receiveMultipart(ctx, req, decode(body.stream, decoding), fixedDest, user, staged);
     } else {
       throw new HttpError(400, `unsupported Content-Type '${type || "(none)"}': use multipart/form-data or application/octet-stream`);
     }
     for (const file of staged) await file.commit(metadata);
   } catch (err) {
-    body.release();
+    if (body) body.release();
+    else if (!req.complete && !req.destroyed) req.resume(); // drop the rest, so the error answer can be sent
     await Promise.all(staged.map((f) => f.discard()));
     throw uploadError(err);
   }

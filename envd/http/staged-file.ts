@@ -1,18 +1,22 @@
 import { randomBytes } from "node:crypto";
 import { accessSync, constants, createWriteStream, lstatSync, mkdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { chmod, chown, copyFile, mkdir, realpath, stat, unlink } from "node:fs/promises";
+import { chmod, chown, copyFile, mkdir, open, realpath, stat, unlink } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { replaceMetadata } from "../filesystem/xattr.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
+import { receiveInto } from "./file-receiver.js";
 import { AccessDenied, FsAccess } from "../auth/fs-access.js";
 import type { UserDb } from "../users.js";
 
 const NEW_FILE_MODE = 0o644;
 const NEW_DIR_MODE = 0o755;
+/** Bytes an upload's file sink gathers before it pushes back on the request body. */
+const SINK_BUFFER_BYTES = 2 * 1024 * 1024;
 
 /**
  * Where replacements of existing files are received before they are copied
@@ -107,7 +111,9 @@ export class StagedFile {
       this.sourceFailed = true;
       throw source.errored ?? new Error("the upload stream closed before it was written");
     }
-    const sink = createWriteStream(this.tmp, { flags: "wx", mode: this.tmp === this.target ? this.mode : 0o600 });
+    // A large high-water mark: while one write is on its way to disk, the chunks that arrive meanwhile
+    // are gathered and go down in one writev.
+    const sink = createWriteStream(this.tmp, { flags: "wx", mode: this.tmp === this.target ? this.mode : 0o600, highWaterMark: SINK_BUFFER_BYTES });
     sink.once("open", () => (this.written = true));
     this.sink = sink;
     let first: "source" | "sink" | undefined;
@@ -118,6 +124,20 @@ export class StagedFile {
     } catch (err) {
       this.sourceFailed = first === "source";
       throw err;
+    }
+  }
+
+  /**
+   * Writes a raw (identity) request body into the temporary file, straight
+   * from the socket (file-receiver.ts): the fast path of octet-stream uploads.
+   */
+  async receive(req: IncomingMessage): Promise<void> {
+    const handle = await open(this.tmp, "wx", this.tmp === this.target ? this.mode : 0o600);
+    this.written = true;
+    try {
+      await receiveInto(handle.fd, req);
+    } finally {
+      await handle.close().catch(() => undefined);
     }
   }
 

@@ -21,7 +21,8 @@ export interface AdapterExtras {
   eagerStreamHeaders?: boolean;
 }
 
-export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
+/** `body`: the request body when it was read already (the request stream is then not read again). */
+export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, body?: Uint8Array) => void;
 
 /**
  * connect-node's `connectNodeAdapter`, with every RPC answering as
@@ -33,7 +34,7 @@ export function connectAdapter(options: ConnectNodeAdapterOptions & AdapterExtra
   options.routes(router);
   const paths = new Map<string, UniversalHandler>();
   for (const handler of router.handlers) paths.set((options.requestPathPrefix ?? "") + handler.requestPath, answerAsConnectGo(handler));
-  return (req, res) => {
+  return (req, res, body) => {
     const handler = paths.get((req.url ?? "").split("?", 1)[0]!);
     if (!handler) {
       if (options.fallback) options.fallback(req, res);
@@ -41,6 +42,7 @@ export function connectAdapter(options: ConnectNodeAdapterOptions & AdapterExtra
       return;
     }
     const uReq = universalRequestFromNodeRequest(req, res, undefined, options.contextValues?.(req));
+    if (body) uReq.body = oneChunk(body);
     const early = options.eagerStreamHeaders ? earlyHeaders(handler, req, res) : undefined;
     handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(early ? early.settle(uRes) : uRes, res))
@@ -51,6 +53,10 @@ export function connectAdapter(options: ConnectNodeAdapterOptions & AdapterExtra
         }
       });
   };
+}
+
+async function* oneChunk(body: Uint8Array): AsyncIterable<Uint8Array> {
+  yield body;
 }
 
 const CONNECT_STREAM = /^application\/connect\+(json|proto)$/;

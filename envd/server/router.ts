@@ -15,6 +15,7 @@ import { sendError } from "../http/json.js";
 import { createProcessService } from "../process/service.js";
 import { connectAdapter } from "./connect-adapter.js";
 import { applyCors } from "./cors.js";
+import { createProcessStreams } from "./process-streams.js";
 import { registerReflection } from "./reflection.js";
 
 /** 64 MiB: the largest single RPC message envd accepts (uploads go through /files). */
@@ -46,6 +47,8 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
   const processes = createProcessService(ctx);
   const filesystem = createFilesystemService(ctx);
   const http = createHttpRoutes(ctx);
+  // Start and Connect over HTTP/1.1 Connect (the SDKs' process streams) skip connect-es's message pipeline.
+  const processStreams = createProcessStreams(ctx, processes.impl, READ_MAX_BYTES, (req, res, body) => rpc(req, res, body));
   const rpc = connectAdapter({
     readMaxBytes: READ_MAX_BYTES,
     // Compressed requests are accepted, but responses are never compressed:
@@ -84,7 +87,7 @@ export function createEnvdHandler(ctx: EnvdContext): EnvdHandler {
         sendError(res, 401, UNAUTHORIZED_MESSAGE);
         return;
       }
-      rpc(req, res);
+      if (!processStreams(req, res)) rpc(req, res);
     },
     async close() {
       processes.close();

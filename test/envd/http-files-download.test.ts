@@ -1,9 +1,11 @@
 // GET /files against a real envd: identity and gzip, ranges, conditional requests, names, errors.
+import { createHash, randomBytes } from "node:crypto";
 import { statSync, utimesSync, writeFileSync } from "node:fs";
+import http from "node:http";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { beforeAll, describe, expect, it } from "vitest";
-import { call, expectError, files, fresh, octet, useFilesEnvd } from "../helpers/http-files.js";
+import { call, expectError, files, fresh, fx, MiB, octet, useFilesEnvd } from "../helpers/http-files.js";
 
 useFilesEnvd();
 
@@ -88,5 +90,50 @@ describe("GET /files", () => {
     expectError(await get("missing.txt"), 404, `path '${join(dir, "missing.txt")}' does not exist`);
     expectError(await call("GET", files({ path: dir })), 400, `path '${dir}' is a directory`);
     expectError(await call("GET", files({ path: join(dir, "f.txt"), username: "ghost" })), 401, /error looking up user 'ghost'/);
+  });
+
+  describe("a file larger than envd's read buffers", () => {
+    // Odd sizes, so reads end mid-buffer; envd reads 256 KiB at a time into four buffers it reuses.
+    const big = randomBytes(5 * MiB + 12345);
+    const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+    beforeAll(() => writeFileSync(join(dir, "big.bin"), big));
+
+    it("arrives whole and in order, and so do ranges across buffer boundaries", async () => {
+      const res = await get("big.bin");
+      expect(res.status).toBe(200);
+      expect(res.headers["content-length"]).toBe(String(big.length));
+      expect(sha(res.body)).toBe(sha(big));
+      for (const [start, end] of [[256 * 1024 - 7, 3 * 256 * 1024 + 9], [1, big.length - 2], [big.length - 300_000, big.length - 1]] as const) {
+        const part = await get("big.bin", { range: `bytes=${start}-${end}` });
+        expect(part.status).toBe(206);
+        expect(sha(part.body)).toBe(sha(big.subarray(start, end + 1)));
+      }
+    });
+
+    it("waits for a reader that pauses (back-pressure), and survives one that goes away", async () => {
+      const slow = await new Promise<Buffer>((resolve, reject) => {
+        http.get(fx.envd.url + files({ path: join(dir, "big.bin") }), (res) => {
+          const chunks: Buffer[] = [];
+          res.pause();
+          setTimeout(() => res.resume(), 300);
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => resolve(Buffer.concat(chunks)));
+          res.on("error", reject);
+        }).on("error", reject);
+      });
+      expect(sha(slow)).toBe(sha(big));
+      await new Promise<void>((resolve, reject) => {
+        const req = http.get(fx.envd.url + files({ path: join(dir, "big.bin") }), (res) => {
+          res.once("data", () => {
+            req.destroy();
+            resolve();
+          });
+        });
+        req.on("error", () => undefined);
+        req.setTimeout(10_000, () => reject(new Error("no data")));
+      });
+      const again = await get("big.bin");
+      expect(sha(again.body)).toBe(sha(big));
+    });
   });
 });

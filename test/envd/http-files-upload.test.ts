@@ -214,6 +214,34 @@ describe("POST /files", () => {
     }
   });
 
+  it("streams a 48 MiB octet-stream body of uneven chunks, some late, to disk intact, in order", async () => {
+    const dir = fresh();
+    const dest = join(dir, "raw.bin");
+    const h = createHash("sha256");
+    let size = 0;
+    async function* body() {
+      // 1 byte to 3 MiB pieces, with pauses, so writes and reads interleave every way.
+      for (const piece of [1, 7, 65536, 65537, 3 * MiB, 100, MiB - 1, 5]) {
+        for (let i = 0; i < 4; i++) {
+          const chunk = randomBytes(piece);
+          h.update(chunk);
+          size += piece;
+          yield chunk;
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      for (let i = 0; i < 32; i++) {
+        const chunk = randomBytes(MiB);
+        h.update(chunk);
+        size += MiB;
+        yield chunk;
+      }
+    }
+    expectUploaded(await call("POST", files({ path: dest }), octet, Readable.from(body())), [dest]);
+    expect(statSync(dest).size).toBe(size);
+    expect(await sha256File(dest)).toBe(h.digest("hex"));
+  });
+
   it("streams a 64 MiB two-file multipart upload to disk intact and downloads it back (identity and gzip)", async () => {
     const dir = fresh();
     const sizes = { "big1.bin": 40 * MiB, "big2.bin": 24 * MiB };
