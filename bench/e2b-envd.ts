@@ -8,6 +8,8 @@ import { createSource, download, upload } from "./files.js";
 import { onCleanup } from "./lib/cleanup.js";
 import { processClient } from "./lib/clients.js";
 import { processCpuSeconds } from "./lib/cpu.js";
+import { ensureEnvdBundle } from "../control-plane/images/envd-bundle.js";
+import { imagesDir } from "../control-plane/images/layout.js";
 import { e2bEnvdBinary, startE2bEnvd } from "./lib/e2b-envd.js";
 import { startEnvdChild, type EnvdChild } from "./lib/envd.js";
 import type { GoalResult } from "./lib/goal.js";
@@ -54,7 +56,9 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
   // Without E2B's envd, ours is still measured and the baseline column says why it is missing.
   const skipped = "skipped" in e2b ? `skipped: ${e2b.skipped}` : undefined;
   if ("skipped" in e2b) console.log(`E2B envd: ${skipped}`);
-  else console.log(`E2B envd: ${e2b.bin} (${e2b.label}), -isnotfc -no-cgroups; ours: dist/control-plane/cli/main.js envd`);
+  // Ours as sandboxes run it: the esbuild bundle (one file, native addons beside it), not the CLI.
+  const bundle = await ensureEnvdBundle(imagesDir());
+  if (!("skipped" in e2b)) console.log(`E2B envd: ${e2b.bin} (${e2b.label}), -isnotfc -no-cgroups; ours: the envd bundle sandboxes run (${bundle.entry})`);
   console.log(`per round and envd: start, idle RSS, ${n}+${n} exec (JSON, binary, after ${warmup} warm-up), ${sdkN} SDK commands.run, ` +
     `stdout stream of ${fmtBytes(bytes)} (JSON, binary), upload and download of ${fmtBytes(bytes)}`);
 
@@ -71,7 +75,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
 
   const sides: Side[] = [
     ...("bin" in e2b ? [{ name: "E2B envd" as const, start: () => startE2bEnvd(e2b.bin, STARTUP_POLL_MS) }] : []),
-    { name: "ours", start: () => startEnvdChild(15_000, STARTUP_POLL_MS) },
+    { name: "ours", start: () => startEnvdChild(15_000, STARTUP_POLL_MS, bundle.entry) },
   ];
   // One throwaway start of each: loads the client's fetch (about 0.5 s the first time) and both binaries into the page cache.
   for (const side of sides) await (await side.start()).stop();

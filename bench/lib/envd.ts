@@ -34,17 +34,18 @@ export async function freePort(): Promise<number> {
 
 /**
  * Starts `locale2b envd` as a child process on a free port and waits until
- * GET /health answers 204. Extra node flags for envd (e.g. `--cpu-prof`)
- * come from LOCALE2B_BENCH_ENVD_NODE_ARGS.
+ * GET /health answers 204; with `entry`, that envd bundle instead (what a
+ * sandbox runs: `node envd.js --listen …`). Extra node flags for envd (e.g.
+ * `--cpu-prof`) come from LOCALE2B_BENCH_ENVD_NODE_ARGS.
  */
-export async function startEnvdChild(timeoutMs = 15_000, pollMs = 50): Promise<EnvdChild> {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' first`);
+export async function startEnvdChild(timeoutMs = 15_000, pollMs = 50, entry?: string): Promise<EnvdChild> {
+  if (!entry && !existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' first`);
   const port = await freePort();
   const nodeArgs = (process.env.LOCALE2B_BENCH_ENVD_NODE_ARGS ?? "").split(/\s+/).filter(Boolean);
   return startHttpChild({
     name: "envd",
     command: process.execPath,
-    args: [...nodeArgs, CLI, "envd", "--listen", `tcp://127.0.0.1:${port}`],
+    args: [...nodeArgs, ...(entry ? [entry] : [CLI, "envd"]), "--listen", `tcp://127.0.0.1:${port}`],
     port,
     env: { ...process.env, LOCALE2B_LOG_LEVEL: process.env.LOCALE2B_LOG_LEVEL ?? "warn" },
     timeoutMs,
