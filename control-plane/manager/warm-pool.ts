@@ -112,6 +112,8 @@ export class WarmPool {
     let inst: Instance | undefined;
     try {
       mkdirSync(dir, { recursive: true });
+      // Marked before the start: a server that dies during it leaves a dir the next start cleans up.
+      writeFileSync(join(dir, MARKER), JSON.stringify({ runtime: runtime.name }));
       inst = await runtime.create({ sandboxId: id, ...this.o.shape, dir, allowInternetAccess: true, background: true, log });
       writeFileSync(join(dir, MARKER), JSON.stringify({ runtime: runtime.name, persisted: inst.persisted }));
       // Started in the background (it yields the CPU to real work), but on a host that stays busy it

@@ -2,12 +2,14 @@
 // the default shape with that create's own settings (envs, metadata, tokens),
 // refilled in the background, never listed, killed when the server stops, and
 // cleaned up by the next start when a crash left them behind.
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
 import { cmdline } from "../../control-plane/runtimes/process/procfs.js";
+import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { serve } from "../helpers/cli.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv, waitFor } from "../helpers/sdk.js";
@@ -104,11 +106,40 @@ describe("warm pool and capacity", () => {
 });
 
 describe("warm sandboxes a crashed server left behind", () => {
+  it("one whose start the server died in the middle of (no record of its processes yet) is killed too", { timeout: 120_000 }, async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-warm-"));
+    const id = `iwarm${Date.now().toString(36)}`;
+    const dir = join(dataDir, "sandboxes", id);
+    mkdirSync(dir, { recursive: true });
+    // What the pool writes before it starts one, then the start itself: the server "dies" before the marker gets the instance's record.
+    writeFileSync(join(dir, "warm.json"), JSON.stringify({ runtime: "process" }));
+    const rt = new ProcessRuntime();
+    const inst = await rt.create({ sandboxId: id, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 512, dir, allowInternetAccess: false, background: true, log: pino({ level: "silent" }) });
+    inst.detach?.();
+    expect(pidsOf(dir).length).toBeGreaterThan(0);
+    const next = await startTestControlPlane({ dataDir });
+    try {
+      expect(existsSync(dir)).toBe(false);
+      await waitFor(() => pidsOf(dir).length === 0, "the half-started sandbox's processes to end");
+    } finally {
+      await next.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("are killed and removed by the next start", { timeout: 120_000 }, async () => {
     const dataDir = mkdtempSync(join(tmpdir(), "locale2b-warm-"));
     const served = await serve(dataDir, ["--warm-pool", "1"]);
     const sandboxes = join(dataDir, "sandboxes");
-    const warm = () => (existsSync(sandboxes) ? readdirSync(sandboxes).filter((id) => existsSync(join(sandboxes, id, "warm.json"))) : []);
+    // Started: its marker has the instance's record (the pool writes a bare one before the start).
+    const started = (id: string) => {
+      try {
+        return "persisted" in (JSON.parse(readFileSync(join(sandboxes, id, "warm.json"), "utf8")) as object);
+      } catch {
+        return false;
+      }
+    };
+    const warm = () => (existsSync(sandboxes) ? readdirSync(sandboxes).filter(started) : []);
     await waitFor(() => warm().length === 1, "the server's warm sandbox");
     const dir = join(sandboxes, warm()[0]!);
     served.child.kill("SIGKILL");

@@ -155,6 +155,13 @@ export class V1Driver implements CgroupDriver {
     return `cgroup v1 (${Object.keys(this.parents).join(", ")})`;
   }
 
+  find(name: string): V1Cgroup | undefined {
+    const dirs: Partial<Record<V1Controller, string>> = {};
+    for (const [ctrl, parent] of Object.entries(this.parents) as [V1Controller, string][]) dirs[ctrl] = join(parent, name);
+    const group = new V1Cgroup(dirs);
+    return group.exists() ? group : undefined;
+  }
+
   create(name: string, limits: CgroupLimits): V1Cgroup {
     const dirs: Partial<Record<V1Controller, string>> = {};
     for (const [ctrl, parent] of Object.entries(this.parents) as [V1Controller, string][]) {

@@ -140,6 +140,11 @@ export class V2Driver implements CgroupDriver {
     return `cgroup v2 (${["freezer", ...this.controllers].join(", ")}) under ${this.parent}`;
   }
 
+  find(name: string): V2Cgroup | undefined {
+    const group = new V2Cgroup(join(this.parent, name));
+    return group.exists() ? group : undefined;
+  }
+
   create(name: string, limits: CgroupLimits): V2Cgroup {
     const dir = join(this.parent, name);
     makeGroupDir(dir);

@@ -53,6 +53,8 @@ export interface CgroupDriver {
   /** e.g. "cgroup v1 (memory, cpu, pids, freezer)" */
   readonly description: string;
   create(name: string, limits: CgroupLimits): SandboxCgroup;
+  /** The group create(name) made, if it still exists (a start a dead server never recorded). */
+  find(name: string): SandboxCgroup | undefined;
 }
 
 /** The CFS period every cpu limit uses (100 ms, the kernel's default). */

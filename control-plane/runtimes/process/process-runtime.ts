@@ -267,7 +267,8 @@ export class ProcessRuntime implements Runtime {
       }
       await new Promise((r) => setTimeout(r, 5));
     }
-    const cgroup = openCgroup(p.cgroup, sandboxId);
+    // No record of its group: a start a server died in the middle of (a warm sandbox). Its group has the sandbox's name.
+    const cgroup = openCgroup(p.cgroup, sandboxId) ?? (p.cgroup === undefined ? (await this.capabilities()).cgroups?.find(sandboxId) : undefined);
     const net = isNetRecord(p.net) ? p.net : isNetRecord(persisted.egress) ? (persisted.egress as NetRecord) : undefined;
     if (!ours) {
       if (cgroup) {
