@@ -7,6 +7,7 @@ import { envInt, fmtMs, fmtRatio, heading, printTable } from "./lib/report.js";
 import { processTable, sandboxPids, sumMemory } from "./lib/procmem.js";
 import { proxyClient, startTrue } from "./lib/sandboxes.js";
 import { median } from "./lib/stats.js";
+import { READY_CMD, startAndWatch } from "./sandboxes/create.js";
 
 /**
  * `npm run bench -- runtimes`: the gvisor runtime beside the process runtime
@@ -17,17 +18,13 @@ import { median } from "./lib/stats.js";
  * why, where runsc is not installed.
  */
 
-const READY = { cmd: "/bin/bash", args: ["-l", "-c", "echo ready"], envs: {} };
 const MiB = 1024 * 1024;
 
+/** ms from `t0` to the first stdout of `bash -l -c 'echo ready'` (what the create bench runs). */
 async function firstOutput(client: Client<typeof Process>, t0: number): Promise<number> {
-  let first: number | undefined;
-  for await (const res of client.start({ process: READY, stdin: false })) {
-    const e = res.event?.event;
-    if (e?.case === "data" && first === undefined) first = performance.now();
-  }
-  if (first === undefined) throw new Error("`echo ready` printed nothing");
-  return first - t0;
+  const { firstStdout } = await startAndWatch(client, READY_CMD);
+  if (firstStdout === undefined) throw new Error("`echo ready` printed nothing");
+  return firstStdout - t0;
 }
 
 async function streamMiBs(client: Client<typeof Process>, bytes: number): Promise<number> {

@@ -17,10 +17,10 @@ const GOAL_CREATE_P50_MS = 30;
 const E2B_DOCUMENTED_CREATE_MS = 150;
 
 /** What the E2B JS SDK's `commands.run("echo ready")` starts (its envs, a login bash). */
-const READY_CMD = { cmd: "/bin/bash", args: ["-l", "-c", "echo ready"], envs: { TERM: "xterm-256color", LANG: "C.UTF-8", LC_ALL: "C.UTF-8" } };
+export const READY_CMD = { cmd: "/bin/bash", args: ["-l", "-c", "echo ready"], envs: { TERM: "xterm-256color", LANG: "C.UTF-8", LC_ALL: "C.UTF-8" } };
 
 /** Start `cmd` and consume the stream; resolves with the time of the first stdout bytes and the exit code. */
-async function startAndWatch(client: Client<typeof Process>, process_: typeof READY_CMD): Promise<{ firstStdout: number | undefined; exitCode: number | undefined }> {
+export async function startAndWatch(client: Client<typeof Process>, process_: typeof READY_CMD): Promise<{ firstStdout: number | undefined; exitCode: number | undefined }> {
   let firstStdout: number | undefined;
   let exitCode: number | undefined;
   for await (const res of client.start({ process: process_, stdin: false })) {

@@ -1,13 +1,10 @@
-import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
-import { promisify } from "node:util";
 import type { Logger } from "pino";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import { ipBin, NET_BASE } from "../runtimes/net/addresses.js";
+import { ipBin, NET_BASE, run } from "../runtimes/net/addresses.js";
 import { findExecutable } from "../host/checks.js";
 import type { EventBus } from "./bus.js";
-
-const run = promisify(execFile);
 
 /** `[NEW] tcp 6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] …` (the original direction first). */
 const LINE = /^\s*\[NEW\]\s+(\w+)\s+\d+\s.*?\bsrc=(\S+)\s+dst=(\S+)(?:\s+sport=\d+\s+dport=(\d+))?/;

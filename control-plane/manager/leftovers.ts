@@ -2,7 +2,24 @@
 import { readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { Runtime } from "../runtimes/runtime.js";
 import type { Store } from "../store/store.js";
+import { isPausedToDisk } from "./fs-pause.js";
+import { removeLeftoverWarm } from "./warm-pool.js";
+
+/**
+ * Everything a start clears of sandboxes that are no more (after the live
+ * ones are re-adopted): old dead records, warm sandboxes a dead server left
+ * (killed), and the directories of dead sandboxes and of pauses to disk no
+ * record owns.
+ */
+export async function removeLeftovers(o: { store: Store; dataDir: string; runtimeByName: (name: string) => Promise<Runtime>; log: Logger }): Promise<void> {
+  const { store, dataDir, log } = o;
+  pruneDeadRecords(store);
+  await removeLeftoverWarm(join(dataDir, "sandboxes"), (id) => store.getSandbox(id) !== undefined, o.runtimeByName, log);
+  removeDeadSandboxDirs(join(dataDir, "sandboxes"), (id) => (store.getSandbox(id)?.state ?? "killed") !== "killed", log);
+  removeDeadSandboxDirs(join(dataDir, "paused"), (id) => isPausedToDisk(store.getSandbox(id)), log);
+}
 
 /** How long the record of a dead sandbox is kept (GET answers "killed" meanwhile). */
 const DEAD_RETENTION_MS = 24 * 3600_000;

@@ -3,8 +3,8 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
-import { removeLeftoverWarm, WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
-import { pruneDeadRecords, removeDeadSandboxDirs } from "./leftovers.js";
+import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
+import { removeLeftovers } from "./leftovers.js";
 import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
@@ -78,13 +78,9 @@ export class SandboxManager {
     for (const rec of this.o.store.listSandboxes({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
       await this.locks.run(rec.id, () => this.adopt(rec));
     }
-    pruneDeadRecords(this.o.store);
     this.reaper = setInterval(() => void this.reap(), 1000);
     this.reaper.unref();
-    const known = (id: string) => this.o.store.getSandbox(id) !== undefined;
-    await removeLeftoverWarm(join(this.o.dataDir, "sandboxes"), known, (n) => this.runtimes.byName(n), this.o.log);
-    removeDeadSandboxDirs(join(this.o.dataDir, "sandboxes"), (id) => (this.o.store.getSandbox(id)?.state ?? "killed") !== "killed", this.o.log);
-    removeDeadSandboxDirs(join(this.o.dataDir, "paused"), (id) => isPausedToDisk(this.o.store.getSandbox(id)), this.o.log);
+    await removeLeftovers({ ...this.o, runtimeByName: (n) => this.runtimes.byName(n) });
     this.warm?.fill();
   }
 

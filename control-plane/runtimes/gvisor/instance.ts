@@ -1,4 +1,4 @@
-import { existsSync, lstatSync, readFileSync, renameSync, rmSync, statfsSync, type Stats } from "node:fs";
+import { lstatSync, readFileSync, renameSync, rmSync, statfsSync, type Stats } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
@@ -111,7 +111,7 @@ export class GvisorInstance implements Instance {
   vsockReady(): boolean {
     if (socketAt(this.o.layout.dialSocket)) return true;
     if (!socketAt(this.o.layout.socket)) {
-      if (existsSync(this.o.layout.socket) || lstatOrUndefined(this.o.layout.socket)?.isSymbolicLink()) {
+      if (lstatOrUndefined(this.o.layout.socket)) {
         this.o.log.warn({ sandboxId: this.sandboxId }, "envd's socket in the sandbox's shared host directory is not a socket (tampered with from inside?): not dialing it");
       }
       return false;

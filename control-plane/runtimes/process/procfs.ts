@@ -17,11 +17,11 @@ export interface ProcStat {
 
 const PAGE = 4096;
 
-/** /proc/<pid>/stat, parsed; undefined when the process is gone. */
-export function procStat(pid: number): ProcStat | undefined {
+/** /proc/<pid>/stat (with `tid`, one thread's: /proc/<pid>/task/<tid>/stat), parsed; undefined when it is gone. */
+export function procStat(pid: number, tid?: number): ProcStat | undefined {
   let text: string;
   try {
-    text = readFileSync(`/proc/${pid}/stat`, "latin1");
+    text = readFileSync(tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`, "latin1");
   } catch {
     return undefined;
   }
@@ -36,6 +36,15 @@ export function procStat(pid: number): ProcStat | undefined {
     startTime: Number(f[19]),
     rssBytes: Number(f[21]) * PAGE,
   };
+}
+
+/** The thread ids of a process (empty when it is gone). */
+export function procTasks(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).map(Number);
+  } catch {
+    return [];
+  }
 }
 
 /**

@@ -1,10 +1,10 @@
 import type { ChildProcess } from "node:child_process";
-import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { backupDisk } from "./disk-snapshot.js";
-import { isRunning, procStat, waitFor } from "../process/procfs.js";
+import { isRunning, procStat, procTasks, waitFor } from "../process/procfs.js";
 import type { VmLayout } from "./command.js";
 import type { EgressPolicy } from "../net/policy.js";
 import { applyPolicy, releaseDevice } from "../net/nft.js";
@@ -162,19 +162,9 @@ export class QemuInstance implements Instance {
    */
   private async vhostSettled(): Promise<void> {
     const sample = (): { busy: boolean; ticks: number } => {
-      let busy = false;
-      let ticks = 0;
-      try {
-        for (const t of readdirSync(`/proc/${this.o.vhost.pid}/task`)) {
-          const stat = readFileSync(`/proc/${this.o.vhost.pid}/task/${t}/stat`, "latin1");
-          const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-          if (f[0] === "R") busy = true;
-          ticks += Number(f[11]) + Number(f[12]); // utime + stime
-        }
-      } catch {
-        // gone or racing a thread's exit: the next sample decides
-      }
-      return { busy, ticks };
+      // A thread that exits between the listing and its read just drops out: the next sample decides.
+      const stats = procTasks(this.o.vhost.pid).map((t) => procStat(this.o.vhost.pid, t));
+      return { busy: stats.some((s) => s?.state === "R"), ticks: stats.reduce((n, s) => n + (s?.cpuNs ?? 0), 0) };
     };
     const until = Date.now() + SETTLE_MAX_MS;
     let last = sample();
@@ -189,18 +179,15 @@ export class QemuInstance implements Instance {
 
   /** The daemon had its `vring_worker` thread and has lost it (see vsockReady). */
   private vringWorkerGone(): boolean {
-    let names: string[];
-    try {
-      names = readdirSync(`/proc/${this.o.vhost.pid}/task`).map((t) => {
-        try {
-          return readFileSync(`/proc/${this.o.vhost.pid}/task/${t}/comm`, "latin1").trim();
-        } catch {
-          return "";
-        }
-      });
-    } catch {
-      return false; // gone: the isRunning check says so
-    }
+    const tasks = procTasks(this.o.vhost.pid);
+    if (tasks.length === 0) return false; // gone: the isRunning check says so
+    const names = tasks.map((t) => {
+      try {
+        return readFileSync(`/proc/${this.o.vhost.pid}/task/${t}/comm`, "latin1").trim();
+      } catch {
+        return "";
+      }
+    });
     const has = names.includes("vring_worker");
     if (has) this.vringWorkerSeen = true;
     return this.vringWorkerSeen && !has;
