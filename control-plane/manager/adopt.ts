@@ -6,8 +6,8 @@ import { existsSync } from "node:fs";
 import type { Logger } from "pino";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
-import type { AgentPool } from "../transport/hybrid-vsock.js";
 import { isPausedToDisk, pausedDir } from "./fs-pause.js";
+import type { SandboxConnections } from "./sandbox-connections.js";
 import type { SandboxRecord } from "./types.js";
 
 export interface AdoptContext {
@@ -15,7 +15,7 @@ export interface AdoptContext {
   /** The server's default runtime (records from before runtimes were recorded). */
   runtime: Runtime;
   dataDir: string;
-  pool: AgentPool;
+  connections: SandboxConnections;
   log: Logger;
   dir(id: string): string;
   track(id: string, inst: Instance, runtime: string): void;
@@ -51,7 +51,7 @@ export async function adoptRecord(c: AdoptContext, rec: SandboxRecord): Promise<
   if (rec.state === "pausing") await inst.pause();
   if (rec.state === "resuming") await inst.resume();
   const state = rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
-  if (state === "paused" && inst.quietVsockWhilePaused) c.pool.hold(rec.id);
+  if (state === "paused") c.connections.adoptedPaused(rec.id, inst);
   c.save({ ...rec, state });
   log.info({ state }, "sandbox re-adopted");
 }

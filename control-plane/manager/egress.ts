@@ -1,11 +1,11 @@
 import type { Instance, Runtime } from "../runtimes/runtime.js";
-import { resolveEgress, type EgressPolicy } from "../runtimes/net/policy.js";
+import { resolveEgress, type EgressPolicy, type EgressRules, type SandboxNetwork } from "../runtimes/net/policy.js";
 import { ControlPlaneError, type SandboxRecord } from "./types.js";
 
 export { resolveEgress, type EgressPolicy };
 
 /** A create's policy, refused (`invalid`) when its runtime cannot enforce one here. */
-export async function egressFor(runtime: Runtime, network: unknown, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
+export async function egressFor(runtime: Runtime, network: SandboxNetwork | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
   const policy = await resolveEgress(network, allowInternetAccess);
   if (!policy) return undefined;
   const why = runtime.egressUnsupported ? await runtime.egressUnsupported() : `the ${runtime.name} runtime does not enforce them yet`;
@@ -13,26 +13,22 @@ export async function egressFor(runtime: Runtime, network: unknown, allowInterne
   return policy;
 }
 
-/** The stored network config after an update, which replaces the egress fields (an omitted one is cleared). */
-export function networkAfterUpdate(current: unknown, update: Record<string, unknown>): Record<string, unknown> {
-  const base = current && typeof current === "object" && !Array.isArray(current) ? { ...(current as Record<string, unknown>) } : {};
-  for (const key of ["allowOut", "denyOut", "egressProxy", "rules"]) {
-    if (update[key] === undefined) delete base[key];
-    else base[key] = update[key];
-  }
-  return base;
+/** The stored network config after an update, which replaces the egress lists (an omitted one is cleared). */
+export function networkAfterUpdate(current: SandboxNetwork | undefined, rules: EgressRules): SandboxNetwork {
+  const { allowOut: _a, denyOut: _d, ...rest } = current ?? {};
+  return { ...rest, ...(rules.allowOut ? { allowOut: rules.allowOut } : {}), ...(rules.denyOut ? { denyOut: rules.denyOut } : {}) };
 }
 
 /** Applies PUT /network's rules to a sandbox's instance; `conflict` when it cannot have them. */
 export async function applyNetworkUpdate(
   rec: SandboxRecord,
   inst: Instance | undefined,
-  update: Record<string, unknown>,
+  rules: EgressRules,
   allowInternetAccess: boolean,
 ): Promise<void> {
   if ((rec.state !== "running" && rec.state !== "paused") || !inst) throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is ${rec.state}`);
   if (!inst.updateEgress) throw new ControlPlaneError("conflict", `the ${rec.runtime} runtime cannot change a sandbox's network rules`);
-  const policy = await resolveEgress(update, allowInternetAccess);
+  const policy = await resolveEgress(rules, allowInternetAccess);
   await inst.updateEgress(policy).catch((err: Error) => {
     throw new ControlPlaneError("conflict", err.message);
   });

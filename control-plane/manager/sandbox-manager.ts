@@ -8,13 +8,14 @@ import { removeLeftovers } from "./leftovers.js";
 import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
+import type { EgressRules } from "../runtimes/net/policy.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
 import { adoptRecord } from "./adopt.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
-import { closeWhilePaused } from "./quiet-vsock.js";
+import { SandboxConnections } from "./sandbox-connections.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import {
   ControlPlaneError,
@@ -41,10 +42,12 @@ export class SandboxManager {
   private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
   private readonly fs: FsPauseDeps;
+  private readonly connections: SandboxConnections;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
+    this.connections = new SandboxConnections(o.pool, o.log, o.quiesce);
     this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
     if (o.warmPool) {
       this.warm = new WarmPool({
@@ -94,14 +97,14 @@ export class SandboxManager {
   async close(): Promise<void> {
     clearInterval(this.reaper);
     await this.warm?.close();
-    for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => closeWhilePaused(rec.id, this.instances.get(rec.id), this.o.pool, this.o.log));
+    for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.connections.closeWhilePaused(rec.id, this.instances.get(rec.id)));
     for (const inst of this.instances.all()) inst.detach?.();
     this.o.pool.destroy();
   }
 
   private adopt(rec: SandboxRecord): Promise<void> {
     return adoptRecord(
-      { ...this.o, runtimes: this.runtimes, dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
+      { ...this.o, runtimes: this.runtimes, connections: this.connections, dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
       rec,
     );
   }
@@ -268,17 +271,11 @@ export class SandboxManager {
       this.instances.take(rec.id);
       return this.paused(rec, runtimeData);
     }
-    // Firecracker's pause ends the VMM process: its connections die with it.
-    if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
-    if (inst.quietVsockWhilePaused) {
-      await this.o.quiesce?.(rec.id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: rec.id }, "closing streams before a pause failed"));
-      this.o.pool.closeIdle(rec.id);
-      this.o.pool.hold(rec.id);
-    }
+    await this.connections.beforePause(rec.id, inst);
     try {
       await inst.pause();
     } catch (err) {
-      this.o.pool.release(rec.id);
+      this.connections.pauseFailed(rec.id);
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
     }
@@ -339,8 +336,7 @@ export class SandboxManager {
     try {
       if (inst) await inst.resume();
       else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
-      if (inst.resetsConnectionsOnResume) this.o.pool.drop(rec.id);
-      this.o.pool.release(rec.id);
+      this.connections.afterResume(rec.id, inst);
       await pushInit(this.o.envd, rec, inst);
     } catch (err) {
       // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
@@ -381,12 +377,12 @@ export class SandboxManager {
   }
 
   /** PUT /sandboxes/{id}/network: replaces the egress rules of a sandbox that has its own network. */
-  async updateNetwork(id: string, update: Record<string, unknown>, allowInternetAccess: boolean): Promise<SandboxRecord> {
+  async updateNetwork(id: string, rules: EgressRules, allowInternetAccess: boolean): Promise<SandboxRecord> {
     return this.locks.run(id, async () => {
       const rec = this.get(id);
-      await applyNetworkUpdate(rec, this.instances.get(id), update, allowInternetAccess);
+      await applyNetworkUpdate(rec, this.instances.get(id), rules, allowInternetAccess);
       const runtimeData = this.instances.get(id)?.persisted ?? rec.runtimeData;
-      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, update), runtimeData });
+      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, rules), runtimeData });
     });
   }
 

@@ -1,3 +1,4 @@
+import type { SandboxNetwork } from "../runtimes/net/policy.js";
 import type { SnapshotSource } from "../runtimes/runtime.js";
 
 /**
@@ -32,8 +33,8 @@ export interface SandboxRecord {
   envdAccessToken: string;
   trafficAccessToken: string;
   allowInternetAccess: boolean;
-  /** Network config as the client sent it, returned verbatim by getInfo. */
-  network?: unknown;
+  /** E2B's network config as the create asked for it (allowOut/denyOut as PUT /network last set them), returned by getInfo. */
+  network?: SandboxNetwork;
   runtime: string;
   /** What the runtime needs to re-adopt the instance after a restart (pid, socket path, ...). */
   runtimeData: Record<string, unknown>;
@@ -61,7 +62,7 @@ export interface CreateSandboxInput {
   autoPauseMemory?: boolean;
   autoResume?: boolean;
   allowInternetAccess?: boolean;
-  network?: unknown;
+  network?: SandboxNetwork;
   cpuCount?: number;
   memoryMB?: number;
   /** The disk's size (a snapshot's image has its own); absent: the server's default. */

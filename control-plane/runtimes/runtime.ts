@@ -29,6 +29,9 @@ export interface InstanceSpec {
  */
 export type SnapshotKind = "filesystem" | "memory";
 
+/** See Instance.pauseConnections. */
+export type PauseConnections = "keep" | "drop" | "quiet";
+
 /** A snapshot on disk, as a runtime reads it back: the directory its instance's snapshot() wrote. */
 export interface SnapshotSource {
   kind: SnapshotKind;
@@ -62,13 +65,14 @@ export interface Instance {
   readonly defaultUser?: string;
   readonly defaultWorkdir?: string;
   /**
-   * The VM's vsock must see no host traffic while it is paused (qemu with
-   * vhost-device-vsock): the control plane holds every write, dial and close
-   * for this sandbox from before pause() until resume() returns.
+   * What a pause does to the host's connections to envd (absent: `keep`):
+   * `drop`, the pause ends the process that holds them (Firecracker's VMM), so
+   * they are dropped before it and after the resume; `quiet`, the VM's vsock
+   * must see no host traffic while paused (qemu with vhost-device-vsock), so
+   * every write, dial and close waits for the resume. The manager acts on it
+   * (manager/sandbox-connections.ts).
    */
-  readonly quietVsockWhilePaused?: boolean;
-  /** Every vsock connection is reset by resume() (Firecracker snapshot load): pooled ones are dropped. */
-  readonly resetsConnectionsOnResume?: boolean;
+  readonly pauseConnections?: PauseConnections;
   /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */
   readonly readyTimeoutMs?: number;
   pause(): Promise<void>;

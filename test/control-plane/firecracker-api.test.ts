@@ -133,7 +133,7 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
 
     // The Instance: envd through Firecracker's own hybrid-vsock socket.
     expect(inst.socketPath).toBe(join(dir, "vsock.sock"));
-    expect(inst.resetsConnectionsOnResume).toBe(true);
+    expect(inst.pauseConnections).toBe("drop");
     expect(await health(inst.socketPath)).toBe(204);
     expect(await inst.alive()).toBe(true);
     expect(inst.persisted).toMatchObject({ pid: inst.pid, apiSock: join(dir, "fc.sock"), vsock: join(dir, "vsock.sock"), paused: false });

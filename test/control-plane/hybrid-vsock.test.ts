@@ -9,6 +9,7 @@ import { EnvdClient } from "../../control-plane/transport/envd-client.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
 import { collect, sh } from "../helpers/process.js";
+import { recorder } from "../helpers/vsock-recorder.js";
 
 let envd: TestEnvd;
 let sock: string;
@@ -100,32 +101,6 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
 });
 
 describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
-  /** A hybrid-vsock server that records what reaches it, per connection. */
-  async function recorder(): Promise<{ path: string; seen: string[]; dials: () => number; close: () => void }> {
-    const { mkdtempSync } = await import("node:fs");
-    const { tmpdir } = await import("node:os");
-    const path = join(mkdtempSync(join(tmpdir(), "l2b-gate-")), "vsock.sock");
-    const seen: string[] = [];
-    let dials = 0;
-    const server = net.createServer((s) => {
-      dials++;
-      let handshaken = false;
-      s.on("data", (d: Buffer) => {
-        let text = d.toString();
-        if (!handshaken) {
-          handshaken = true;
-          s.write("OK 49983\n");
-          text = text.slice(text.indexOf("\n") + 1);
-        }
-        if (text) seen.push(text);
-      });
-      s.on("end", () => seen.push("<end>"));
-      s.on("error", () => undefined);
-    });
-    await new Promise<void>((r) => server.listen(path, r));
-    const { rmSync } = await import("node:fs");
-    return { path, seen, dials: () => dials, close: () => server.close(() => rmSync(dirname(path), { recursive: true, force: true })) };
-  }
   const tick = (ms = 100) => new Promise((r) => setTimeout(r, ms));
 
   it("holds writes, ends and new dials while held, and lets them through in order once released", async () => {

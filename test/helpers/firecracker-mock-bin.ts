@@ -19,7 +19,7 @@ let built: string | undefined;
 export function mockFirecrackerBin(): string {
   if (built) return built;
   const texts = SOURCES.map((f) => readFileSync(join(HELPERS, f), "utf8"));
-  const hash = createHash("sha256").update(process.execPath).update(texts.join("\0")).digest("hex").slice(0, 16);
+  const hash = createHash("sha256").update(process.execPath).update("wrapper finds its script by $0").update(texts.join("\0")).digest("hex").slice(0, 16);
   const dir = join(ROOT, "node_modules", ".cache", "locale2b-mock-firecracker", hash);
   const bin = join(dir, "firecracker");
   if (!existsSync(bin)) {
@@ -34,7 +34,7 @@ export function mockFirecrackerBin(): string {
       });
       writeFileSync(join(tmp, f.replace(/\.ts$/, ".js")), out.outputText);
     });
-    const script = `#!/bin/sh\n# mock Firecracker for locale2b's tests (test/helpers/mock-firecracker.ts)\nexec '${process.execPath}' '${join(dir, "mock-firecracker.js")}' "$@"\n`;
+    const script = `#!/bin/sh\n# mock Firecracker for locale2b's tests (test/helpers/mock-firecracker.ts)\nexec '${process.execPath}' "$(dirname "$0")/mock-firecracker.js" "$@"\n`;
     writeFileSync(join(tmp, "firecracker"), script);
     chmodSync(join(tmp, "firecracker"), 0o755);
     try {

@@ -40,9 +40,8 @@ export class RouteCache {
     if (hit && hit.expires > now) return hit;
     const gen = this.generation;
     const { sandbox, socketPath } = await this.manager.route(id);
-    const network = sandbox.network as { allowPublicTraffic?: unknown; maskRequestHost?: unknown } | undefined;
-    const trafficToken = network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
-    const maskRequestHost = typeof network?.maskRequestHost === "string" && network.maskRequestHost !== "" ? network.maskRequestHost : undefined;
+    const trafficToken = sandbox.network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
+    const maskRequestHost = sandbox.network?.maskRequestHost || undefined;
     const route = { token: sandbox.envdAccessToken, socketPath, trafficToken, maskRequestHost, expires: now + this.ttlMs };
     if (this.generation === gen) this.routes.set(id, route);
     return route;

@@ -66,7 +66,7 @@ function tooLarge(limit: number): HttpError {
   return new HttpError(413, `request body is larger than ${limit} bytes`);
 }
 
-function describe(v: unknown): string {
+export function describe(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "string") return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);

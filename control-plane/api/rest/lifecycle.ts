@@ -1,6 +1,7 @@
 import { performance } from "node:perf_hooks";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
+import { parseNetworkUpdate } from "./network-body.js";
 import type { RestContext, Route } from "./router.js";
 import { toSandbox } from "./serialize.js";
 
@@ -23,15 +24,8 @@ async function refresh({ req, res, params, deps }: RestContext): Promise<void> {
 
 /** PUT /sandboxes/{id}/network (SandboxNetworkUpdateConfig): 204; 409 when the sandbox's rules cannot be changed. */
 async function updateNetwork({ req, res, params, deps }: RestContext): Promise<void> {
-  const body = await readJsonObject(req);
-  const f = new Fields(body);
-  f.array("allowOut");
-  f.array("denyOut");
-  f.object("egressProxy");
-  f.object("rules");
-  const allowInternetAccess = f.bool("allow_internet_access") ?? true;
-  if (body.egressProxy != null) throw new HttpError(400, "field 'egressProxy': egress proxies are not supported by this server");
-  await deps.manager.updateNetwork(params.sandboxID!, body, allowInternetAccess);
+  const { rules, allowInternetAccess } = parseNetworkUpdate(await readJsonObject(req));
+  await deps.manager.updateNetwork(params.sandboxID!, rules, allowInternetAccess);
   sendNoContent(res);
 }
 

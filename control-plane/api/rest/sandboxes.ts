@@ -1,8 +1,8 @@
 import { performance } from "node:perf_hooks";
 import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../manager/types.js";
-import { maskRequestHostProblem } from "../proxy/mask-host.js";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
+import { parseNetworkConfig } from "./network-body.js";
 import type { RestContext, Route } from "./router.js";
 import { apiState, managerStates, toDetail, toListed, toSandbox, type ApiState } from "./serialize.js";
 
@@ -20,12 +20,8 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
   }
   const secure = v2 ? true : f.bool("secure");
   const allowInternetAccess = f.bool("allow_internet_access");
-  const network = f.object("network");
-  if (network && network.allowPublicTraffic === false && !secure) {
-    throw new HttpError(400, "network.allowPublicTraffic: false needs a secured sandbox (secure: true)");
-  }
-  const maskProblem = maskRequestHostProblem(network?.maskRequestHost);
-  if (maskProblem) throw new HttpError(400, maskProblem);
+  const networkBody = f.object("network");
+  const network = networkBody ? parseNetworkConfig(networkBody, !!secure) : undefined;
   const metadata = f.stringMap("metadata");
   const envVars = f.stringMap("envVars");
   if (f.object("mcp")) throw new HttpError(400, "field 'mcp': the MCP gateway is not supported by this server");

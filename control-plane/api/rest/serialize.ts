@@ -27,8 +27,7 @@ export function managerStates(state: ApiState): SandboxState[] {
 
 /** `trafficAccessToken` only matters when public traffic is off (then clients must send it). */
 function trafficToken(rec: SandboxRecord): string | null {
-  const net = rec.network as { allowPublicTraffic?: unknown } | undefined;
-  return net && typeof net === "object" && net.allowPublicTraffic === false ? rec.trafficAccessToken : null;
+  return rec.network?.allowPublicTraffic === false ? rec.trafficAccessToken : null;
 }
 
 /** `Sandbox`: the create / connect / resume result. */
@@ -67,7 +66,7 @@ export function toListed(rec: SandboxRecord): Record<string, unknown> {
 
 /** `SandboxDetail`: GET /sandboxes/{id}. */
 export function toDetail(rec: SandboxRecord, domain: string): Record<string, unknown> {
-  const network = rec.network && typeof rec.network === "object" && !Array.isArray(rec.network) ? rec.network : undefined;
+  const network = rec.network;
   return {
     ...toListed(rec),
     envdAccessToken: rec.envdAccessToken,

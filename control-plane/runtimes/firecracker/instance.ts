@@ -44,7 +44,7 @@ export class FirecrackerInstance implements Instance {
   readonly sandboxId: string;
   readonly socketPath: string;
   /** A resume restores a snapshot into a new process: every vsock connection is reset, pools must redial. */
-  readonly resetsConnectionsOnResume = true;
+  readonly pauseConnections = "drop";
   private readonly rec: PersistedFirecracker;
   private readonly deaths: DeathWatch;
   private killed = false;

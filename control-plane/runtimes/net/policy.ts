@@ -17,17 +17,29 @@ export interface EgressPolicy {
   deny: string[];
 }
 
+/**
+ * E2B's `network` object (SandboxNetworkConfig) as the API accepted it, its
+ * fields' types checked where the request entered (api/rest/network-body.ts):
+ * what a sandbox's record keeps and getInfo returns.
+ */
+export interface SandboxNetwork {
+  allowPublicTraffic?: boolean;
+  allowOut?: string[];
+  denyOut?: string[];
+  /** Non-empty, a valid host (api/proxy/mask-host.ts). */
+  maskRequestHost?: string;
+}
+
+/** The egress rules of a create or of PUT /network (SandboxNetworkUpdateConfig): an omitted list is empty. */
+export type EgressRules = Pick<SandboxNetwork, "allowOut" | "denyOut">;
+
 const MAX_ENTRIES = 256;
 const HOSTNAME = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
 
-function list(network: Record<string, unknown>, key: "allowOut" | "denyOut"): string[] {
-  const v = network[key];
-  if (v === undefined || v === null) return [];
-  if (!Array.isArray(v) || v.some((e) => typeof e !== "string")) {
-    throw new ControlPlaneError("invalid", `network.${key} must be an array of strings (CIDR blocks, IP addresses${key === "allowOut" ? " or domain names" : ""})`);
-  }
+function list(rules: EgressRules, key: "allowOut" | "denyOut"): string[] {
+  const v = rules[key] ?? [];
   if (v.length > MAX_ENTRIES) throw new ControlPlaneError("invalid", `network.${key} has ${v.length} entries; at most ${MAX_ENTRIES} are allowed`);
-  return (v as string[]).map((e) => e.trim());
+  return v.map((e) => e.trim());
 }
 
 /**
@@ -55,17 +67,10 @@ function cidr(entry: string, key: string): string | "v6" | undefined {
  * their IPv4 addresses now (the sandbox may reach those addresses); undefined
  * when it asks for none. Bad entries are `invalid` errors that say which.
  */
-export async function resolveEgress(network: unknown, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
-  if (network === undefined || network === null || typeof network !== "object" || Array.isArray(network)) return undefined;
-  const n = network as Record<string, unknown>;
-  if (n.egressProxy !== undefined && n.egressProxy !== null) {
-    throw new ControlPlaneError("invalid", "network.egressProxy: egress proxies are not supported by this server");
-  }
-  if (n.rules && typeof n.rules === "object" && Object.keys(n.rules).length) {
-    throw new ControlPlaneError("invalid", "network.rules: per-domain request transforms are not supported by this server");
-  }
-  const allowOut = list(n, "allowOut");
-  const denyOut = list(n, "denyOut");
+export async function resolveEgress(rules: EgressRules | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
+  if (!rules) return undefined;
+  const allowOut = list(rules, "allowOut");
+  const denyOut = list(rules, "denyOut");
   if (!allowOut.length && !denyOut.length) return undefined;
   const deny: string[] = [];
   for (const e of denyOut) {

@@ -72,12 +72,12 @@ function tailLines(path: string, max: number): string[] {
  * One microVM: a QEMU process and its vhost-device-vsock daemon (both
  * detached: they outlive a control-plane restart), driven over QMP. Pause is
  * in memory (`stop`/`cont`); the control plane keeps the VM's vsock quiet
- * meanwhile (quietVsockWhilePaused).
+ * meanwhile (pauseConnections "quiet").
  */
 export class QemuInstance implements Instance {
   readonly sandboxId: string;
   readonly socketPath: string;
-  readonly quietVsockWhilePaused = true;
+  readonly pauseConnections = "quiet";
   readonly readyTimeoutMs: number;
   private readonly deaths: DeathWatch;
   private killed = false;
