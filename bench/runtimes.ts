@@ -1,6 +1,6 @@
 import type { Client } from "@connectrpc/connect";
 import type { Process } from "../gen/ts/process/process_pb.js";
-import { findExecutable } from "../control-plane/host/checks.js";
+import { findExecutable } from "../control-plane/host/executables.js";
 import { request, startControlPlaneChild, type ControlPlaneChild, type SandboxHandle } from "./lib/control-plane.js";
 import type { GoalResult } from "./lib/goal.js";
 import { envInt, fmtMs, fmtRatio, heading, printTable } from "./lib/report.js";

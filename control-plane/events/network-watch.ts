@@ -3,7 +3,7 @@ import { createInterface } from "node:readline";
 import type { Logger } from "pino";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import { ipBin, NET_BASE, run } from "../runtimes/net/addresses.js";
-import { findExecutable } from "../host/checks.js";
+import { findExecutable } from "../host/executables.js";
 import type { EventBus } from "./bus.js";
 
 /** `[NEW] tcp 6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] …` (the original direction first). */

@@ -2,10 +2,11 @@
 // `locale2b doctor` and scripts/setup-host, and the accelerator choice the
 // qemu runtime uses. Reads and probes only; installs nothing, prints nothing.
 import { execFile } from "node:child_process";
-import { accessSync, constants, existsSync, statSync } from "node:fs";
+import { constants, existsSync, statSync } from "node:fs";
 import { open, readFile } from "node:fs/promises";
-import { delimiter, join } from "node:path";
+import { join } from "node:path";
 import { findKernel, findTemplateImage, imagesDir } from "../images/layout.js";
+import { findExecutable } from "./executables.js";
 import { RUNSC_INSTALL, runscVersion } from "../runtimes/gvisor/runsc.js";
 
 export interface HostCheck {
@@ -94,26 +95,6 @@ async function cpuFlags(cpuinfo: string): Promise<Set<string> | undefined> {
   }
 }
 
-/** An executable by env override, else on PATH, /usr/local/bin or ~/.local/bin (where setup-host installs), or sbin. */
-export function findExecutable(name: string, override?: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (override) return isExecutable(override) ? override : undefined;
-  // sbin too: debootstrap and mkfs.ext4 live there and users' PATHs often lack it.
-  const extra = ["/usr/local/bin", ...(env.HOME ? [join(env.HOME, ".local", "bin")] : []), "/usr/sbin", "/sbin"];
-  const dirs = [...(env.PATH ?? "").split(delimiter), ...extra];
-  for (const dir of dirs) {
-    if (dir && isExecutable(join(dir, name))) return join(dir, name);
-  }
-  return undefined;
-}
-
-function isExecutable(p: string): boolean {
-  try {
-    accessSync(p, constants.X_OK);
-    return statSync(p).isFile();
-  } catch {
-    return false;
-  }
-}
 
 /** The first line of a command's output, or the failure. */
 function firstLine(file: string, args: string[]): Promise<{ ok: boolean; text: string }> {

@@ -4,7 +4,7 @@
 // the build needs on a Debian-like host when it can, with a progress line, or
 // failing with an error that names what is missing.
 import { spawnSync } from "node:child_process";
-import { findTool } from "./template-exec.js";
+import { findExecutable } from "../host/executables.js";
 
 /** Debian packages the build (and the process runtime's networking) needs, by the tool that shows each is there. */
 const NEEDED: [tool: string, pkg: string][] = [
@@ -16,7 +16,7 @@ const NEEDED: [tool: string, pkg: string][] = [
 
 /** Installs what is missing with apt-get (as root, where there is one); returns what is still missing. */
 export function installBuildTools(say: (line: string) => void): string[] {
-  const missing = NEEDED.filter(([tool]) => !findTool(tool));
+  const missing = NEEDED.filter(([tool]) => !findExecutable(tool));
   // Static linking needs libc's headers and archives too (libc6-dev), which no tool shows.
   const pkgs = [...new Set([...missing.map(([, pkg]) => pkg), ...(missing.some(([t]) => t === "gcc") ? ["libc6-dev"] : [])])];
   if (!pkgs.length) return [];
@@ -29,7 +29,7 @@ export function installBuildTools(say: (line: string) => void): string[] {
     spawnSync("apt-get", ["update", "-q"], { stdio: ["ignore", "ignore", "inherit"], env });
     install();
   }
-  return NEEDED.filter(([tool]) => !findTool(tool)).map(([, pkg]) => pkg);
+  return NEEDED.filter(([tool]) => !findExecutable(tool)).map(([, pkg]) => pkg);
 }
 
 /**

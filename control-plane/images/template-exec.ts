@@ -2,8 +2,7 @@
 // mkfs.ext4), with the tail of their output kept for error messages, and
 // the numbered build steps the CLI shows.
 import { spawn } from "node:child_process";
-import { accessSync, constants } from "node:fs";
-import { delimiter, join } from "node:path";
+import { findExecutable } from "../host/executables.js";
 
 /** A build step failed: which one, and the tail of what the failing command printed. */
 export class BuildStepError extends Error {
@@ -25,24 +24,9 @@ export class BuildSetupError extends Error {
   }
 }
 
-const SBIN = ["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"];
-
-/** The full path of a tool, searching PATH and the sbin folders (sudo may leave them out of PATH). */
-export function findTool(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  for (const dir of [...(env.PATH ?? "").split(delimiter).filter(Boolean), ...SBIN]) {
-    const file = join(dir, name);
-    try {
-      accessSync(file, constants.X_OK);
-      return file;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
-}
 
 export function requireTool(name: string, env: NodeJS.ProcessEnv = process.env): string {
-  const file = findTool(name, env);
+  const file = findExecutable(name, undefined, env);
   if (!file) throw new BuildSetupError(`${name} not found: run scripts/setup-host (or apt-get install debootstrap e2fsprogs)`);
   return file;
 }

@@ -5,7 +5,8 @@
 import { copyFile, chmod, chown, lstat, mkdir, readFile, readlink, rm, unlink, writeFile } from "node:fs/promises";
 import { existsSync, readFileSync } from "node:fs";
 import { join, posix, resolve, sep } from "node:path";
-import { chrootEnv, findTool, mustRun, runCommand, type RunOptions } from "./template-exec.js";
+import { findExecutable } from "../host/executables.js";
+import { chrootEnv, mustRun, runCommand, type RunOptions } from "./template-exec.js";
 
 /** Mount points at or under `dir`, deepest first (from /proc/self/mountinfo). */
 export function mountsUnder(dir: string): string[] {
@@ -27,7 +28,7 @@ export function mountsUnder(dir: string): string[] {
 }
 
 export async function unmountAll(dir: string): Promise<void> {
-  const umount = findTool("umount") ?? "umount";
+  const umount = findExecutable("umount") ?? "umount";
   for (const point of mountsUnder(dir)) {
     const r = await runCommand(umount, [point]);
     if (r.code !== 0) await runCommand(umount, ["-l", point]); // busy: detach now, it goes when released
@@ -53,8 +54,8 @@ const POLICY_RC = "/usr/sbin/policy-rc.d";
  */
 export async function withChroot<T>(root: string, fn: (sh: (step: string, command: string, opts?: RunOptions) => Promise<string>) => Promise<T>): Promise<T> {
   const proc = join(root, "proc");
-  const mount = findTool("mount") ?? "mount";
-  const chroot = findTool("chroot") ?? "chroot";
+  const mount = findExecutable("mount") ?? "mount";
+  const chroot = findExecutable("chroot") ?? "chroot";
   await mkdir(proc, { recursive: true });
   const undo: Array<() => Promise<void>> = [];
   try {

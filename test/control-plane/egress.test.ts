@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxEvent } from "../../control-plane/events/types.js";
-import { findExecutable } from "../../control-plane/host/checks.js";
+import { findExecutable } from "../../control-plane/host/executables.js";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain } from "../helpers/egress.js";

@@ -5,7 +5,7 @@ import http from "node:http";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { beforeAll, describe, expect, it } from "vitest";
-import { call, expectError, files, fresh, fx, MiB, octet, useFilesEnvd } from "../helpers/http-files.js";
+import { call, expectError, files, fresh, fx, MiB, useFilesEnvd } from "../helpers/http-files.js";
 
 useFilesEnvd();
 

@@ -10,7 +10,7 @@ import { checkInputs, ensureEnvdBundle } from "../../control-plane/images/envd-b
 import { GUEST } from "../../control-plane/images/layout.js";
 import { buildTemplate, templateHash } from "../../control-plane/images/template-build.js";
 import { DefinitionError, layerHash, loadDefinition, parseDefinition } from "../../control-plane/images/template-definition.js";
-import { findTool } from "../../control-plane/images/template-exec.js";
+import { findExecutable } from "../../control-plane/host/executables.js";
 import { guestPath, writeGuestFile } from "../../control-plane/images/template-fs.js";
 import { acquireLock } from "../../control-plane/images/template-store.js";
 import { CLI, runCli } from "../helpers/cli.js";
@@ -215,7 +215,7 @@ describe("locale2b template", () => {
 
 const CI_IMAGES = process.env.LOCALE2B_IMAGES_DIR || "/root/.cache/locale2b/images";
 const skipReason =
-  process.getuid?.() !== 0 ? "not root (debootstrap and chroot need it)" : !findTool("debootstrap") ? "debootstrap is missing (scripts/setup-host)" : !findTool("mkfs.ext4") ? "mkfs.ext4 is missing" : "";
+  process.getuid?.() !== 0 ? "not root (debootstrap and chroot need it)" : !findExecutable("debootstrap") ? "debootstrap is missing (scripts/setup-host)" : !findExecutable("mkfs.ext4") ? "mkfs.ext4 is missing" : "";
 
 describe("template build base", () => {
   it.skipIf(skipReason !== "")(`builds the base image into ${CI_IMAGES}, then finds it cached${skipReason ? ` [skipped: ${skipReason}]` : ""}`, { timeout: 10 * 60_000 }, async () => {
@@ -224,7 +224,7 @@ describe("template build base", () => {
     console.log(`template build base (${first.cached ? "cached" : "built"}) in ${first.seconds.toFixed(1)} s\n${lines.join("\n")}`);
     const root = first.rootfsDir;
     for (const p of [GUEST.init, GUEST.node, GUEST.envd, "/usr/bin/python3", "/usr/bin/git", "/usr/bin/curl"]) expect(existsSync(join(root, p)), p).toBe(true);
-    const chroot = (cmd: string) => spawnSync(findTool("chroot")!, [root, "/bin/sh", "-c", cmd], { encoding: "utf8", env: { PATH: "/usr/local/bin:/usr/bin:/bin" } });
+    const chroot = (cmd: string) => spawnSync(findExecutable("chroot")!, [root, "/bin/sh", "-c", cmd], { encoding: "utf8", env: { PATH: "/usr/local/bin:/usr/bin:/bin" } });
     expect(chroot(`${GUEST.node} --version`).stdout.trim()).toBe(process.version);
     expect(chroot("python3 -c 'print(6*7)' && git --version && curl --version").status).toBe(0);
     const passwd = readFileSync(join(root, "etc/passwd"), "utf8");
@@ -252,7 +252,7 @@ describe("template build base", () => {
     expect(JSON.parse(list.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ name: "base", hash: first.hash, current: true })]));
   });
 
-  it.skipIf(process.getuid?.() !== 0 || !findTool("setpriv") || !findTool("gcc"))("refuses to build without root, saying why", { timeout: 60_000 }, (ctx) => {
+  it.skipIf(process.getuid?.() !== 0 || !findExecutable("setpriv") || !findExecutable("gcc"))("refuses to build without root, saying why", { timeout: 60_000 }, (ctx) => {
     const nobody = ["--reuid=65534", "--regid=65534", "--clear-groups"];
     if (spawnSync("setpriv", [...nobody, "test", "-r", CLI]).status !== 0) ctx.skip("the checkout is not readable by nobody here");
     const images = mkdtempSync(join(tmpdir(), "locale2b-nobody-images-"));

@@ -7,9 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { missingBacking } from "../../control-plane/runtimes/qemu/disk-snapshot.js";
-import { findBinary } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
+import { findExecutable } from "../../control-plane/host/executables.js";
 
-const qemuImg = findBinary("qemu-img", process.env.LOCALE2B_QEMU_IMG);
+const qemuImg = findExecutable("qemu-img", process.env.LOCALE2B_QEMU_IMG);
 const dir = mkdtempSync(join(tmpdir(), "locale2b-backing-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

@@ -5,7 +5,7 @@ import { execFile } from "node:child_process";
 import { statSync, truncateSync } from "node:fs";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
-import { findTool } from "./host.js";
+import { findExecutable } from "../../host/executables.js";
 
 const run = promisify(execFile);
 
@@ -41,7 +41,7 @@ export async function copyRootfs(src: string, dst: string, log: Logger): Promise
 export async function growRootfs(path: string, bytes: number, log: Logger): Promise<void> {
   const size = statSync(path).size;
   if (!(bytes > size)) return;
-  const resize2fs = findTool("resize2fs");
+  const resize2fs = findExecutable("resize2fs");
   if (!resize2fs) {
     log.warn({ path, bytes, size }, "resize2fs (e2fsprogs) not found: the sandbox's disk keeps the template image's size");
     return;

@@ -1,7 +1,8 @@
 // What a host needs to run Firecracker microVMs: the binary (and, optionally,
 // the jailer) and hardware KVM. Probing only, through the host checks that
 // `locale2b doctor` uses too; nothing here changes the host.
-import { accelFor, findExecutable } from "../../host/checks.js";
+import { accelFor } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 
 /** Where a user learns how to install Firecracker, a guest kernel and images. */
 export const SETUP_HINT = "see docs/microvms.md / scripts/setup-host";
@@ -22,10 +23,6 @@ export function findJailer(env: NodeJS.ProcessEnv = process.env): string | undef
   return findExecutable("jailer", env.LOCALE2B_JAILER, env);
 }
 
-/** A command from iproute2 or e2fsprogs (sbin is searched even when PATH lacks it). */
-export function findTool(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return findExecutable(name, undefined, env);
-}
 
 export interface KvmProbe {
   ok: boolean;

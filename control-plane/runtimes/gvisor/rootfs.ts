@@ -11,7 +11,7 @@ import { execFile } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { findExecutable } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 import { createDisk } from "../process/sandbox-root.js";
 import { SOCKET_NAME } from "./bundle.js";
 

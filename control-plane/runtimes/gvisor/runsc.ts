@@ -5,7 +5,7 @@
 import { execFile, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { promisify } from "node:util";
-import { findExecutable } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 
 const exec = promisify(execFile);
 

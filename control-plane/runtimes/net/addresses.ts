@@ -8,7 +8,7 @@ import { mkdirSync, rmdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { findExecutable } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 
 export const run = promisify(execFile);
 

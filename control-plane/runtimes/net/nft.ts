@@ -15,7 +15,7 @@
 // IPv6 is off on every sandbox device (and dropped here too): a sandbox has IPv4 only.
 import { readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
-import { findExecutable } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 import { deleteDevice, NET_BASE, run, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "./policy.js";

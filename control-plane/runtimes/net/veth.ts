@@ -6,7 +6,7 @@
 import { execFile } from "node:child_process";
 import { statSync } from "node:fs";
 import type { Logger } from "pino";
-import { findExecutable } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 import { addresses, deviceName, ipBin, withFreeIndex } from "./addresses.js";
 import { applyPolicy, disableIpv6, missingTools, releaseDevice } from "./nft.js";
 import type { EgressPolicy } from "./policy.js";

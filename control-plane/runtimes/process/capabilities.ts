@@ -1,7 +1,8 @@
 import { execFile } from "node:child_process";
-import { accessSync, constants, existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import { dirname, join } from "node:path";
+import { findExecutable } from "../../host/executables.js";
 import { packageRoot } from "../paths.js";
 import { detectCgroups } from "./cgroup-detect.js";
 import type { CgroupDriver } from "./cgroups.js";
@@ -41,19 +42,6 @@ export interface ProbeOptions {
 
 const SEARCH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 
-export function findBinary(name: string): string | undefined {
-  const dirs = [...(process.env.PATH ?? "").split(":").filter(Boolean), ...SEARCH];
-  for (const dir of dirs) {
-    const path = join(dir, name);
-    try {
-      accessSync(path, constants.X_OK);
-      return path;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
-}
 
 function run(file: string, args: string[]): Promise<{ ok: boolean; output: string }> {
   return new Promise((resolve) => {
@@ -126,15 +114,15 @@ export function sandboxModeMissing(): string | undefined {
   if (!/\boverlay\b/.test(filesystems)) missing.push("the overlay filesystem (modprobe overlay)");
   if (!/\bext4\b/.test(filesystems)) missing.push("the ext4 filesystem (modprobe ext4)");
   if (!existsSync("/dev/loop-control")) missing.push("loop devices (/dev/loop-control; modprobe loop)");
-  if (!findBinary("mkfs.ext4")) missing.push("mkfs.ext4 (apt-get install e2fsprogs)");
-  if (!findBinary("cp")) missing.push("cp (coreutils)");
+  if (!findExecutable("mkfs.ext4")) missing.push("mkfs.ext4 (apt-get install e2fsprogs)");
+  if (!findExecutable("cp")) missing.push("cp (coreutils)");
   return missing.length ? `this host lacks ${missing.join(", ")}` : undefined;
 }
 
 export async function probeHost(opts: ProbeOptions): Promise<HostCapabilities> {
   const root = process.getuid?.() === 0;
   const notes: string[] = [];
-  const bin = { unshare: findBinary("unshare"), mount: findBinary("mount"), ip: findBinary("ip") };
+  const bin = { unshare: findExecutable("unshare"), mount: findExecutable("mount"), ip: findExecutable("ip") };
   const cg = detectCgroups({ root, override: opts.cgroupParent });
   const caps: HostCapabilities = {
     root,

@@ -11,7 +11,7 @@ import { mkdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { GuestImage } from "../../images/layout.js";
-import { findBinary } from "./capabilities.js";
+import { findExecutable } from "../../host/executables.js";
 
 const run = promisify(execFile);
 
@@ -87,7 +87,7 @@ export function shiftedRootfs(image: GuestImage, base: number): Promise<string> 
  * it with `discard`). No reserved blocks: all of it is the sandbox's.
  */
 export async function createDisk(path: string, sizeMB: number): Promise<void> {
-  const mkfs = findBinary("mkfs.ext4");
+  const mkfs = findExecutable("mkfs.ext4");
   if (!mkfs) throw new Error("mkfs.ext4 is missing: install e2fsprogs (the sandbox's disk is an ext4 image)");
   await mkdir(dirname(path), { recursive: true });
   await rm(path, { force: true });

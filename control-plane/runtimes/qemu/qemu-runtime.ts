@@ -1,8 +1,9 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
-import { delimiter, join } from "node:path";
+import { closeSync, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { accelFor } from "../../host/checks.js";
+import { findExecutable } from "../../host/executables.js";
 import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
 import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
 import { copyImage } from "../process/disk-snapshot.js";
@@ -17,27 +18,6 @@ import { RuntimeUnavailableError } from "../errors.js";
 
 export { RuntimeUnavailableError } from "../errors.js";
 
-/** An executable by env override, else on PATH (plus the places scripts/setup-host installs to). */
-export function findBinary(name: string, override: string | undefined): string | undefined {
-  if (override) return isExecutable(override) ? override : undefined;
-  const home = process.env.HOME;
-  const dirs = [...(process.env.PATH ?? "").split(delimiter), "/usr/local/bin", ...(home ? [join(home, ".local", "bin")] : [])];
-  for (const dir of dirs) {
-    if (!dir) continue;
-    const p = join(dir, name);
-    if (isExecutable(p)) return p;
-  }
-  return undefined;
-}
-
-function isExecutable(p: string): boolean {
-  try {
-    accessSync(p, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 export interface QemuRuntimeOptions {
   /** Where kernels and templates are (default: imagesDir()). */
@@ -77,9 +57,9 @@ export class QemuRuntime implements Runtime {
   resolveTools(): Promise<Tools> {
     this.tools ??= (async () => {
       const missing: string[] = [];
-      const qemu = findBinary("qemu-system-x86_64", process.env.LOCALE2B_QEMU);
-      const qemuImg = findBinary("qemu-img", process.env.LOCALE2B_QEMU_IMG);
-      const vhost = findBinary("vhost-device-vsock", process.env.LOCALE2B_VHOST_VSOCK);
+      const qemu = findExecutable("qemu-system-x86_64", process.env.LOCALE2B_QEMU);
+      const qemuImg = findExecutable("qemu-img", process.env.LOCALE2B_QEMU_IMG);
+      const vhost = findExecutable("vhost-device-vsock", process.env.LOCALE2B_VHOST_VSOCK);
       const kernel = findKernel({ ...process.env, LOCALE2B_IMAGES_DIR: this.images() });
       if (!qemu) missing.push("qemu-system-x86_64 (package qemu-system-x86)");
       if (!qemuImg) missing.push("qemu-img (package qemu-utils)");
