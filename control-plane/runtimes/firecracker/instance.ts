@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
+import { CpuMeter } from "../../host/cpu-meter.js";
 import { isRunning, procStat } from "../process/procfs.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats } from "../runtime.js";
@@ -50,7 +51,7 @@ export class FirecrackerInstance implements Instance {
   private killed = false;
   /** A pause or resume is replacing the process: its exit is expected. */
   private busy = false;
-  private cpuSample: { ns: number; at: bigint };
+  private readonly cpu: CpuMeter;
 
   constructor(private readonly o: FirecrackerInstanceInit) {
     this.rec = { ...o.record };
@@ -60,7 +61,7 @@ export class FirecrackerInstance implements Instance {
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!this.busy && !this.rec.paused && !isRunning(this.rec.pid, this.rec.startTime)) this.died("firecracker exited");
     });
-    this.cpuSample = { ns: o.child ? 0 : this.cpuNs(), at: process.hrtime.bigint() };
+    this.cpu = new CpuMeter(this.rec.cpuCount, o.child ? 0 : this.cpuNs());
     this.save();
   }
 
@@ -210,7 +211,7 @@ export class FirecrackerInstance implements Instance {
       this.rec.paused = false;
       this.save();
       if (vmm.child) this.follow(vmm.child, vmm.pid);
-      this.cpuSample = { ns: 0, at: process.hrtime.bigint() };
+      this.cpu.reset();
       log.debug({ pid: vmm.pid, ms: Date.now() - started }, "microVM restored from its snapshot");
     } finally {
       this.busy = false;
@@ -257,13 +258,8 @@ export class FirecrackerInstance implements Instance {
 
   /** CPU and RSS of the Firecracker process (the guest's touched memory), configured vCPUs and memory, disk file. */
   async stats(): Promise<InstanceStats> {
-    const now = process.hrtime.bigint();
     const st = this.rec.paused ? undefined : procStat(this.rec.pid);
-    const ns = st?.cpuNs ?? 0;
-    const wall = Number(now - this.cpuSample.at);
-    const used = ns - this.cpuSample.ns;
-    const cpuUsedPct = st && wall > 0 && used >= 0 ? Math.min(100, (used / (wall * this.rec.cpuCount)) * 100) : 0;
-    this.cpuSample = { ns, at: now };
+    const cpuUsedPct = this.cpu.percent(st?.cpuNs ?? 0);
     const disk = diskUsage(this.rec.rootfs);
     return {
       cpuCount: this.rec.cpuCount,

@@ -1,10 +1,11 @@
 // Starting and stopping the Firecracker process (directly, or through the
 // jailer). It is detached, in its own process group, with its output going to
 // a file: it does not depend on the control plane and outlives its restart.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { closeSync, existsSync, openSync, readSync, fstatSync } from "node:fs";
 import net from "node:net";
 import type { Logger } from "pino";
+import { spawnDetached } from "../../host/detached.js";
 import { isRunning, procStat, signalGroup, signalPids, waitFor } from "../process/procfs.js";
 import type { JailSpec } from "./layout.js";
 
@@ -61,15 +62,7 @@ export interface VmmProcess {
 
 /** Starts the VMM detached, stdout and stderr appended to `consolePath`. */
 export function spawnVmm(launch: Launch, consolePath: string, cwd: string, log: Logger): VmmProcess {
-  const fd = openSync(consolePath, "a");
-  let child: ChildProcess;
-  try {
-    child = spawn(launch.file, launch.args, { detached: true, stdio: ["ignore", fd, fd], cwd, env: launch.env ?? defaultVmmEnv() });
-  } finally {
-    closeSync(fd);
-  }
-  child.on("error", (err) => log.error({ err, file: launch.file }, "cannot start firecracker"));
-  child.unref();
+  const child = spawnDetached(launch.file, launch.args, { logPath: consolePath, cwd, env: launch.env ?? defaultVmmEnv(), log });
   const pid = child.pid;
   if (!pid) throw new Error(`cannot start ${launch.file}`);
   const startTime = procStat(pid)?.startTime ?? 0;

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
+import { CpuMeter } from "../../host/cpu-meter.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { copyImage, snapshotDiskPath, syncSandboxFs } from "./disk-snapshot.js";
@@ -77,7 +78,7 @@ export class ProcessInstance implements Instance {
   private readonly deaths: DeathWatch;
   private killed = false;
   private pidNs: string | undefined;
-  private cpuSample: { ns: number; at: bigint };
+  private readonly cpu: CpuMeter;
   private net: NetRecord | undefined;
   private policy: EgressPolicy | undefined;
 
@@ -93,7 +94,7 @@ export class ProcessInstance implements Instance {
       if (!isRunning(o.pid, o.startTime)) this.died("the sandbox exited");
     });
     // A new sandbox has used no CPU yet; an adopted one starts counting now.
-    this.cpuSample = { ns: o.child ? 0 : this.cpuNs(), at: process.hrtime.bigint() };
+    this.cpu = new CpuMeter(o.cpuCount, o.child ? 0 : this.cpuNs());
   }
 
   get persisted(): Record<string, unknown> {
@@ -283,11 +284,7 @@ export class ProcessInstance implements Instance {
   }
 
   async stats(): Promise<InstanceStats> {
-    const now = process.hrtime.bigint();
-    const ns = this.cpuNs();
-    const wall = Number(now - this.cpuSample.at);
-    const cpuUsedPct = wall > 0 ? Math.min(100, Math.max(0, ((ns - this.cpuSample.ns) / (wall * this.o.cpuCount)) * 100)) : 0;
-    this.cpuSample = { ns, at: now };
+    const cpuUsedPct = this.cpu.percent(this.cpuNs());
     const memUsedBytes = this.o.cgroup?.memoryUsage() ?? this.pids().reduce((sum, p) => sum + (procStat(p)?.rssBytes ?? 0), 0);
     let diskUsedBytes = 0;
     let diskTotalBytes = 0;

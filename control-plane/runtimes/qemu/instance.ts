@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
+import { CpuMeter } from "../../host/cpu-meter.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { backupDisk } from "./disk-snapshot.js";
@@ -81,7 +82,7 @@ export class QemuInstance implements Instance {
   readonly readyTimeoutMs: number;
   private readonly deaths: DeathWatch;
   private killed = false;
-  private cpuSample: { ns: number; at: bigint };
+  private readonly cpu: CpuMeter;
   bootMs: number | undefined;
   private readonly born = Date.now();
   private readonly vsockUp: ConsoleWatch;
@@ -100,7 +101,7 @@ export class QemuInstance implements Instance {
       else if (!isRunning(o.vhost.pid, o.vhost.startTime)) this.died("vhost-device-vsock exited");
       else if (this.vringWorkerGone()) this.died("vhost-device-vsock's vring worker exited: the VM's vsock is gone for good");
     });
-    this.cpuSample = { ns: this.cpuNs(), at: process.hrtime.bigint() };
+    this.cpu = new CpuMeter(o.cpuCount, this.cpuNs());
   }
 
   get persisted(): PersistedQemuInstance {
@@ -205,12 +206,7 @@ export class QemuInstance implements Instance {
   }
 
   async stats(): Promise<InstanceStats> {
-    const now = process.hrtime.bigint();
-    const ns = this.cpuNs();
-    const elapsedNs = Number(now - this.cpuSample.at);
-    const usedNs = ns - this.cpuSample.ns;
-    this.cpuSample = { ns, at: now };
-    const cpuUsedPct = elapsedNs > 0 ? Math.min(100, (100 * usedNs) / elapsedNs / this.o.cpuCount) : 0;
+    const cpuUsedPct = this.cpu.percent(this.cpuNs());
     let diskUsedBytes = 0;
     try {
       diskUsedBytes = statSync(this.o.layout.disk).blocks * 512;

@@ -1,8 +1,9 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, openSync, rmSync } from "node:fs";
+import { spawnSync, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { accelFor } from "../../host/checks.js";
+import { spawnDetached } from "../../host/detached.js";
 import { findExecutable } from "../../host/executables.js";
 import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
 import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
@@ -202,16 +203,9 @@ export class QemuRuntime implements Runtime {
   }
 
   private spawnDetached(file: string, args: string[], layout: VmLayout, log: Logger): ChildProcess {
-    const fd = openSync(layout.vmmLog, "a");
-    try {
-      const child = spawn(file, args, { detached: true, stdio: ["ignore", fd, fd], cwd: layout.dir });
-      child.on("error", (err) => log.error({ err, file }, "cannot start a VMM process"));
-      child.unref();
-      return child;
-    } finally {
-      closeSync(fd);
-    }
+    return spawnDetached(file, args, { logPath: layout.vmmLog, cwd: layout.dir, log });
   }
+
 
   private async started(child: ChildProcess, what: string): Promise<VmProcess> {
     const pid = child.pid;
