@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
 import type { Logger } from "pino";
+import { tailLines } from "../../host/log-tail.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { isRunning, procStat } from "../process/procfs.js";
 import { DeathWatch } from "../death-watch.js";
@@ -14,7 +15,7 @@ import { deleteTap, restoreTap } from "./network.js";
 import { applyPolicy, releaseDevice } from "../net/nft.js";
 import type { EgressPolicy } from "../net/policy.js";
 import { toRecord, writeStateFile, type PersistedFirecracker } from "./state.js";
-import { spawnVmm, stopVmm, tailLines, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
+import { spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
 /** How often a VMM that is not our child (after a restart) is checked for life. */
 const WATCH_INTERVAL_MS = 500;

@@ -2,10 +2,11 @@
 // jailer). It is detached, in its own process group, with its output going to
 // a file: it does not depend on the control plane and outlives its restart.
 import type { ChildProcess } from "node:child_process";
-import { closeSync, existsSync, openSync, readSync, fstatSync } from "node:fs";
+import { existsSync } from "node:fs";
 import net from "node:net";
 import type { Logger } from "pino";
 import { spawnDetached } from "../../host/detached.js";
+import { tailLines } from "../../host/log-tail.js";
 import { isRunning, procStat, signalGroup, signalPids, waitFor } from "../process/procfs.js";
 import type { JailSpec } from "./layout.js";
 
@@ -79,25 +80,6 @@ function canConnect(path: string): Promise<boolean> {
     });
     s.once("error", () => resolve(false));
   });
-}
-
-/** The last `n` lines of a log file (reads at most its last 64 KiB). */
-export function tailLines(path: string, n: number): string[] {
-  let fd: number;
-  try {
-    fd = openSync(path, "r");
-  } catch {
-    return [];
-  }
-  try {
-    const size = fstatSync(fd).size;
-    const len = Math.min(size, 64 * 1024);
-    const buf = Buffer.alloc(len);
-    readSync(fd, buf, 0, len, size - len);
-    return buf.toString("utf8").split("\n").filter(Boolean).slice(-n);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 function exitedError(what: string, consolePath: string): Error {

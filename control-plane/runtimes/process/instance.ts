@@ -1,7 +1,8 @@
 import type { ChildProcess } from "node:child_process";
-import { readFileSync, statfsSync } from "node:fs";
+import { statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { CpuMeter } from "../../host/cpu-meter.js";
+import { tailLines, timedLines } from "../../host/log-tail.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { copyImage, snapshotDiskPath, syncSandboxFs } from "./disk-snapshot.js";
@@ -314,30 +315,13 @@ export class ProcessInstance implements Instance {
     this.deaths.onExit(listener);
   }
 
-  private logText(): string {
-    try {
-      return readFileSync(this.o.layout.log, "utf8");
-    } catch {
-      return "";
-    }
-  }
-
   private logTail(n: number): string[] {
-    return this.logText().split("\n").filter(Boolean).slice(-n);
+    return tailLines(this.o.layout.log, n);
   }
 
+  /** envd's and the init's log, newest last (at most the file's last 8 MiB). */
   async logs(): Promise<{ timestamp: number; line: string }[]> {
-    return this.logText()
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => {
-        let timestamp = Date.now();
-        try {
-          timestamp = (JSON.parse(line) as { time?: number }).time ?? timestamp;
-        } catch {
-          // not JSON (the set-up script's messages): keep the line as it is
-        }
-        return { timestamp, line };
-      });
+    return timedLines(tailLines(this.o.layout.log, 100_000, 8 * 1024 * 1024), Date.now());
   }
+
 }

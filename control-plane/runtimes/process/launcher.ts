@@ -3,8 +3,9 @@
 // root. It reports the host pid of the sandbox's first process (pid 1 of its
 // namespaces) on a pipe once the namespaces exist, or why it failed.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync, readFileSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import type { Readable } from "node:stream";
+import { tailLines } from "../../host/log-tail.js";
 
 export interface LaunchSpec {
   /** The launcher: the template's /sbin/locale2b-init, as a host path. */
@@ -72,11 +73,7 @@ export function launcherArgs(s: LaunchSpec): string[] {
 }
 
 function tail(file: string, n: number): string {
-  try {
-    return readFileSync(file, "utf8").trim().split("\n").slice(-n).join(" | ");
-  } catch {
-    return "";
-  }
+  return tailLines(file, n).join(" | ");
 }
 
 /** Starts the launcher and waits for its `pid N` (or `error …`) line. */

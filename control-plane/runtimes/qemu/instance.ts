@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
+import { tailLines } from "../../host/log-tail.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
@@ -56,17 +57,6 @@ export interface QemuInstanceInit {
   /** Set when we spawned them (not after a restart): their exit events are immediate. */
   children?: { qemu: ChildProcess; vhost: ChildProcess };
   tap?: TapRecord;
-}
-
-function tailLines(path: string, max: number): string[] {
-  try {
-    const size = statSync(path).size;
-    const start = Math.max(0, size - 256 * 1024);
-    const buf = readFileSync(path).subarray(start);
-    return buf.toString("utf8").split(/\r?\n/).filter((l) => l.trim() !== "").slice(-max);
-  } catch {
-    return [];
-  }
 }
 
 /**
