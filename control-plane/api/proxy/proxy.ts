@@ -1,16 +1,18 @@
-import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { ENVD_PORT } from "../../../envd/version.js";
 import { SANDBOX_ID_RE } from "../../manager/ids.js";
 import { ControlPlaneError } from "../../manager/types.js";
 import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
-import { endToEndRawHeaders, hasRawHeader, isConnectPath, sendProxyError } from "./http.js";
+import { forwardHttp1 } from "./forward-http1.js";
+import { isConnectPath, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
 import { forwardH2, H2Upstreams } from "./h2.js";
-import { maskedHost, withMaskedHost } from "./mask-host.js";
+import { maskedHost } from "./mask-host.js";
 import { RouteCache, type SandboxRoute } from "./routes.js";
+import { requestTarget, type Target } from "./target.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
 
 export interface EnvdProxy {
@@ -24,12 +26,6 @@ export interface EnvdProxy {
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean;
   /** Ends the HTTP/2 upstream sessions. */
   close(): void;
-}
-
-/** Where a request goes: a sandbox id (undefined for a signed /files URL: found by its signature) and port. */
-interface Target {
-  sandboxId: string | undefined;
-  port: number;
 }
 
 type Resolved = { sandboxId: string; route: SandboxRoute };
@@ -49,18 +45,6 @@ const trafficRefusal = (sandboxId: string) => `sandbox ${sandboxId} only accepts
 /** envd paths only the control plane may call (E2B's `x-internal`, and /init, which sets the token). */
 const INTERNAL = /^\/(init|freeze|unfreeze|collapse|fsfreeze|fsthaw|upgrade)(?:[/?]|$)/;
 
-function hostTarget(host: string | undefined, suffix: string): Target | undefined {
-  if (!host || !host.includes("-")) return undefined;
-  const colon = host.lastIndexOf(":");
-  const name = (colon > 0 && !host.endsWith("]") ? host.slice(0, colon) : host).toLowerCase();
-  if (!name.endsWith(suffix)) return undefined;
-  const label = name.slice(0, name.length - suffix.length);
-  const dash = label.indexOf("-");
-  const port = Number(label.slice(0, dash));
-  const id = label.slice(dash + 1);
-  if (dash < 1 || !Number.isInteger(port) || !SANDBOX_ID_RE.test(id)) return undefined;
-  return { sandboxId: id, port };
-}
 
 /**
  * The envd data plane on the control plane's port. A request is for a
@@ -83,20 +67,8 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const routes = new RouteCache(manager);
   const h2 = new H2Upstreams();
 
-  const target = (req: IncomingMessage): Target | undefined => {
-    const id = req.headers["e2b-sandbox-id"];
-    if (id !== undefined) {
-      const rawPort = req.headers["e2b-sandbox-port"];
-      return { sandboxId: String(id), port: rawPort === undefined || rawPort === "" ? ENVD_PORT : Number(rawPort) };
-    }
-    const byHost = hostTarget(req.headers.host ?? (req.headers[":authority"] as string | undefined), hostSuffix);
-    if (byHost) return byHost;
-    const url = req.url;
-    if (url && url.startsWith("/files?") && url.includes("signature=") && (req.method === "GET" || req.method === "POST")) {
-      return { sandboxId: undefined, port: ENVD_PORT };
-    }
-    return undefined;
-  };
+  const target = (req: IncomingMessage): Target | undefined => requestTarget(req, hostSuffix);
+
 
   /** The sandbox and route of a request, or the error to answer it with (before anything is forwarded). */
   const resolve = async (req: IncomingMessage, t: Target): Promise<Resolved | Refused> => {
@@ -144,7 +116,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       const fail = (err: Error) => sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
       return forwardH2(req as unknown as Http2ServerRequest, res as unknown as Http2ServerResponse, session, metrics, fail);
     }
-    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, ENVD_PORT));
+    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, route.socketPath, ENVD_PORT), metrics);
   };
 
   /**
@@ -158,70 +130,13 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
-    forward(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), {
+    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), metrics, {
       describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
       host: maskedHost(route.maskRequestHost, port),
     });
   };
 
-  const forward = (
-    req: IncomingMessage,
-    res: ServerResponse,
-    sandboxId: string,
-    agent: http.Agent,
-    opts: {
-      /** The 502 message when the upstream fails before answering. */
-      describe?: (err: NodeJS.ErrnoException) => string;
-      /** The Host to send instead of the client's (maskRequestHost). */
-      host?: string;
-    } = {},
-  ): void => {
-    const describe =
-      opts.describe ?? ((err) => `sandbox ${sandboxId} is not reachable (${err.code ?? err.message}): it may have been killed or stopped`);
-    metrics.streamOpened();
-    let closed = false;
-    // Header names go on in the client's case (and come back in the server's), as E2B's proxy keeps them.
-    let headers = endToEndRawHeaders(req.rawHeaders);
-    if (opts.host !== undefined) headers = withMaskedHost(headers, opts.host);
-    else if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
-    const upstream = http.request({ agent, method: req.method, path: req.url, headers });
-    upstream.on("response", (upRes) => {
-      const back = endToEndRawHeaders(upRes.rawHeaders);
-      res.writeHead(upRes.statusCode ?? 502, back);
-      // Streams (no length) get their headers now, not with the first chunk (which may be a while).
-      if (!hasRawHeader(back, "content-length")) res.flushHeaders();
-      upRes.on("data", (chunk: Buffer) => metrics.addProxiedBytes("out", chunk.length));
-      // An upstream failure mid-body destroys the client response: the client sees an error, not a hang.
-      upRes.on("close", () => {
-        if (!upRes.complete) res.destroy();
-      });
-      upRes.pipe(res);
-    });
-    // Upgrade requests never come here (upgrade() tunnels them, and the Upgrade header is not
-    // forwarded), so a 101 now is a server switching protocols unasked: refuse it, do not hang.
-    upstream.on("upgrade", (_upRes, socket: { destroy(): void }) => {
-      socket.destroy();
-      if (!res.headersSent) sendProxyError(res, 502, `sandbox ${sandboxId}: the server switched protocols on a request that did not ask to (send Upgrade and Connection: upgrade for a WebSocket)`, false);
-    });
-    upstream.on("error", (err: NodeJS.ErrnoException) => {
-      if (res.headersSent || res.destroyed || closed) {
-        res.destroy();
-        return;
-      }
-      sendProxyError(res, 502, describe(err), isConnectPath(req.url));
-    });
-    req.on("data", (chunk: Buffer) => metrics.addProxiedBytes("in", chunk.length));
-    // pipe (not pipeline): an upstream failure must not destroy `req`, or the socket goes before the 502.
-    req.pipe(upstream);
-    req.on("error", () => upstream.destroy());
-    res.on("close", () => {
-      closed = true;
-      metrics.streamClosed();
-      // The client went away before the response was complete: abort upstream (envd cancels the RPC).
-      // (writableEnded: the HTTP/2 compat response has no writableFinished.)
-      if (!res.writableEnded) upstream.destroy();
-    });
-  };
+
 
   const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
     const r = await resolve(req, t);
