@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { createLogger } from "../envd/log.js";
 import { connectAdapter } from "../envd/server/connect-adapter.js";
 import { applyCors } from "../envd/server/cors.js";
-import { HybridServer } from "../envd/server/hybrid.js";
+import { H1H2cServer } from "../envd/server/h1-h2c-server.js";
 import { listenerFor, parseListen } from "../envd/server/listen.js";
 import { registerReflection } from "../envd/server/reflection.js";
 import { SandboxService } from "../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
@@ -209,7 +209,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     rpc(req, res);
   };
 
-  const server = new HybridServer(
+  const server = new H1H2cServer(
     (req, res) => handle(req as IncomingMessage, res as ServerResponse),
     (req, socket, head) => proxy.upgrade(req, socket, head),
   );

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { ActivityLog } from "./activity/log.js";
 import type { EnvdContext } from "./context.js";
 import { createLogger, type Logger } from "./log.js";
-import { HybridServer } from "./server/hybrid.js";
+import { H1H2cServer } from "./server/h1-h2c-server.js";
 import { listenerFor, parseListen, type Listener } from "./server/listen.js";
 import { createEnvdHandler } from "./server/router.js";
 import { EnvdState } from "./state.js";
@@ -46,7 +46,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
   const handler = createEnvdHandler(context);
   const handle = (req: unknown, res: unknown) => handler.handle(req as IncomingMessage, res as ServerResponse);
 
-  const server = new HybridServer(handle);
+  const server = new H1H2cServer(handle);
   const listeners: Listener[] = [];
   const addresses: string[] = [];
   try {

@@ -79,7 +79,7 @@ export async function startInProcessControlPlane(runtime: Runtime): Promise<InPr
       if (res.status !== 201) throw new Error(`POST /v2/sandboxes answered ${res.status}: ${res.body.slice(0, 500)}`);
       const body = JSON.parse(res.body) as { sandboxID: string; envdAccessToken: string };
       live.add(body.sandboxID);
-      const { socketPath } = await cp.manager.route(body.sandboxID);
+      const { socketPath } = await cp.manager.endpoint(body.sandboxID);
       return {
         id: body.sandboxID,
         token: body.envdAccessToken,

@@ -396,7 +396,7 @@ export class SandboxManager {
    * Where the proxy sends a running sandbox's traffic. A paused sandbox with
    * autoResume is resumed first; otherwise `unavailable` (not running).
    */
-  async route(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
+  async endpoint(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
     // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
     if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {

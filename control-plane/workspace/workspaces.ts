@@ -50,17 +50,17 @@ export function templateNameOf(rec: SandboxRecord): string {
  */
 export class Workspaces {
   private readonly locks = new KeyedLock();
-  /** Routes of running sandboxes, so a busy harness does not read the store per call (as the proxy's RouteCache). */
-  private readonly routes = new Map<string, { sandbox: SandboxRecord; socketPath: string; expires: number }>();
+  /** Routes of running sandboxes, so a busy harness does not read the store per call (as the proxy's EndpointCache). */
+  private readonly endpoints = new Map<string, { sandbox: SandboxRecord; socketPath: string; expires: number }>();
   private generation = 0;
 
   constructor(
     private readonly manager: SandboxManager,
     private readonly log: Logger,
-    private readonly routeTtlMs = 2_000,
+    private readonly endpointTtlMs = 2_000,
   ) {
     manager.events.subscribe({}, (e) => {
-      this.routes.delete(e.sandbox.id);
+      this.endpoints.delete(e.sandbox.id);
       this.generation++;
     });
   }
@@ -116,16 +116,16 @@ export class Workspaces {
    */
   async target(id: string): Promise<{ sandbox: SandboxRecord; target: EnvdTarget }> {
     const now = Date.now();
-    let routed = this.routes.get(id);
+    let routed = this.endpoints.get(id);
     if (!routed || routed.expires <= now) {
       const gen = this.generation;
       const rec = this.manager.get(id);
-      // A paused workspace resumes for its idle timeout (route() would give it its whole past lifetime).
+      // A paused workspace resumes for its idle timeout (endpoint() would give it its whole past lifetime).
       if (rec.state === "paused" && rec.metadata[WORKSPACE_API_METADATA] === "workspace") {
         await this.manager.connect(id, this.idleTimeout(rec, 3600));
       }
       try {
-        routed = { ...(await this.manager.route(id)), expires: now + this.routeTtlMs };
+        routed = { ...(await this.manager.endpoint(id)), expires: now + this.endpointTtlMs };
       } catch (err) {
         if (err instanceof ControlPlaneError && err.kind === "unavailable") {
           throw new ControlPlaneError("conflict", `sandbox '${id}' is paused: resume it first (POST /sandboxes/${id}/resume)`);
@@ -133,7 +133,7 @@ export class Workspaces {
         throw err;
       }
       // A lifecycle event during the lookup may have made it stale: use it, do not keep it.
-      if (this.generation === gen) this.routes.set(id, routed);
+      if (this.generation === gen) this.endpoints.set(id, routed);
     }
     const { sandbox, socketPath } = routed;
     this.touch(sandbox);
@@ -145,7 +145,7 @@ export class Workspaces {
     if (rec.metadata[WORKSPACE_API_METADATA] !== "workspace") return;
     const idle = this.idleTimeout(rec, 0);
     if (!idle || rec.endAt - Date.now() > (idle * 1000) / 2) return;
-    const cached = this.routes.get(rec.id);
+    const cached = this.endpoints.get(rec.id);
     if (cached) cached.sandbox = { ...rec, endAt: Date.now() + idle * 1000 };
     void this.manager.refresh(rec.id, idle).catch((err: unknown) => this.log.debug({ sandboxId: rec.id, err: (err as Error).message }, "idle timeout refresh failed"));
   }

@@ -11,7 +11,7 @@ import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
 import { forwardH2, H2Upstreams } from "./h2.js";
 import { maskedHost } from "./mask-host.js";
-import { RouteCache, type SandboxRoute } from "./routes.js";
+import { EndpointCache, type SandboxEndpoint } from "./endpoints.js";
 import { requestTarget, type Target } from "./target.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
 
@@ -28,7 +28,7 @@ export interface EnvdProxy {
   close(): void;
 }
 
-type Resolved = { sandboxId: string; route: SandboxRoute };
+type Resolved = { sandboxId: string; endpoint: SandboxEndpoint };
 /** `sandboxId`: answered in E2B's proxy shape (`{sandboxId, message, code}`). */
 type Refused = { status: number; message: string; sandboxId?: string };
 
@@ -36,8 +36,8 @@ type Refused = { status: number; message: string; sandboxId?: string };
 const notFound = (sandboxId: string): Refused => ({ status: 502, message: "The sandbox was not found", sandboxId });
 
 /** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
-function trafficAllowed(req: IncomingMessage, route: SandboxRoute): boolean {
-  return route.trafficToken === undefined || req.headers["e2b-traffic-access-token"] === route.trafficToken;
+function trafficAllowed(req: IncomingMessage, endpoint: SandboxEndpoint): boolean {
+  return endpoint.trafficToken === undefined || req.headers["e2b-traffic-access-token"] === endpoint.trafficToken;
 }
 
 const trafficRefusal = (sandboxId: string) => `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`;
@@ -64,13 +64,13 @@ const INTERNAL = /^\/(init|freeze|unfreeze|collapse|fsfreeze|fsthaw|upgrade)(?:[
 export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const { pool, metrics, manager } = deps;
   const hostSuffix = `.${deps.domain.toLowerCase()}`;
-  const routes = new RouteCache(manager);
+  const endpoints = new EndpointCache(manager);
   const h2 = new H2Upstreams();
 
   const target = (req: IncomingMessage): Target | undefined => requestTarget(req, hostSuffix);
 
 
-  /** The sandbox and route of a request, or the error to answer it with (before anything is forwarded). */
+  /** The sandbox and endpoint of a request, or the error to answer it with (before anything is forwarded). */
   const resolve = async (req: IncomingMessage, t: Target): Promise<Resolved | Refused> => {
     let sandboxId = t.sandboxId;
     if (sandboxId === undefined) {
@@ -83,7 +83,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     if (!SANDBOX_ID_RE.test(sandboxId)) return notFound(sandboxId);
     if (INTERNAL.test(req.url ?? "")) return { status: 403, message: `${req.url?.split("?")[0]} is internal to the control plane` };
     try {
-      return { sandboxId, route: await routes.get(sandboxId) };
+      return { sandboxId, endpoint: await endpoints.get(sandboxId) };
     } catch (err) {
       if (err instanceof ControlPlaneError && err.kind === "not_found") return notFound(sandboxId);
       if (err instanceof ControlPlaneError && err.kind === "unavailable") return { status: 502, message: err.message };
@@ -97,10 +97,10 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     const signed = t.sandboxId === undefined;
     const r = await resolve(req, t);
     if ("status" in r) return sendProxyError(res, r.status, r.message, connect, r.sandboxId);
-    const { sandboxId, route } = r;
-    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, route);
+    const { sandboxId, endpoint } = r;
+    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, endpoint);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
-    if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, route.token)) {
+    if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, endpoint.token)) {
       return sendProxyError(
         res,
         401,
@@ -109,14 +109,14 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       );
     }
     if (req.httpVersionMajor === 2) {
-      const session = await h2.get(sandboxId, route.socketPath, pool.gate(sandboxId)).catch((err: Error) => err);
+      const session = await h2.get(sandboxId, endpoint.socketPath, pool.gate(sandboxId)).catch((err: Error) => err);
       if (session instanceof Error) {
         return sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${session.message})`, connect);
       }
       const fail = (err: Error) => sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
       return forwardH2(req as unknown as Http2ServerRequest, res as unknown as Http2ServerResponse, session, metrics, fail);
     }
-    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, route.socketPath, ENVD_PORT), metrics);
+    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, ENVD_PORT), metrics);
   };
 
   /**
@@ -125,14 +125,14 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
    * sandbox was created with allowPublicTraffic: false; with the sandbox's
    * maskRequestHost as Host when it has one.
    */
-  const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
-    if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
+  const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, endpoint: SandboxEndpoint): void => {
+    if (!trafficAllowed(req, endpoint)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
-    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, route.socketPath, port, ENVD_PORT), metrics, {
+    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, port, ENVD_PORT), metrics, {
       describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
-      host: maskedHost(route.maskRequestHost, port),
+      host: maskedHost(endpoint.maskRequestHost, port),
     });
   };
 
@@ -141,16 +141,16 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
     const r = await resolve(req, t);
     if ("status" in r) return refuseUpgrade(socket, r.status, r.message, r.sandboxId);
-    const { sandboxId, route } = r;
-    if (!trafficAllowed(req, route)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
+    const { sandboxId, endpoint } = r;
+    if (!trafficAllowed(req, endpoint)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
     let upstream: Duplex;
     try {
-      upstream = await dialGuestPort(route.socketPath, t.port, undefined, pool.gate(sandboxId));
+      upstream = await dialGuestPort(endpoint.socketPath, t.port, undefined, pool.gate(sandboxId));
     } catch (err) {
       return refuseUpgrade(socket, 502, `sandbox ${sandboxId}: ${(err as Error).message}`);
     }
     if (socket.destroyed) return void upstream.destroy();
-    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(route.maskRequestHost, t.port));
+    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(endpoint.maskRequestHost, t.port));
   };
 
   return {

@@ -1,6 +1,6 @@
 import type { SandboxManager } from "../../manager/sandbox-manager.js";
 
-export interface SandboxRoute {
+export interface SandboxEndpoint {
   /** The sandbox's envd access token. */
   token: string;
   /** Its hybrid-vsock socket. */
@@ -13,13 +13,13 @@ export interface SandboxRoute {
 }
 
 /**
- * manager.route() results for running sandboxes, so that the proxy's hot
+ * manager.endpoint() results for running sandboxes, so that the proxy's hot
  * path does not read the store per request. Any lifecycle event of a
  * sandbox (paused, killed, resumed, …) drops its entry; entries also expire
  * after `ttlMs` as a safety net.
  */
-export class RouteCache {
-  private readonly routes = new Map<string, SandboxRoute>();
+export class EndpointCache {
+  private readonly entries = new Map<string, SandboxEndpoint>();
   /** Bumped by every lifecycle event: a lookup that raced with one is not cached. */
   private generation = 0;
 
@@ -28,22 +28,22 @@ export class RouteCache {
     private readonly ttlMs = 2_000,
   ) {
     manager.events.subscribe({}, (e) => {
-      this.routes.delete(e.sandbox.id);
+      this.entries.delete(e.sandbox.id);
       this.generation++;
     });
   }
 
-  /** The route of a running sandbox; throws the manager's not_found / unavailable errors. */
-  async get(id: string): Promise<SandboxRoute> {
-    const hit = this.routes.get(id);
+  /** The endpoint of a running sandbox; throws the manager's not_found / unavailable errors. */
+  async get(id: string): Promise<SandboxEndpoint> {
+    const hit = this.entries.get(id);
     const now = Date.now();
     if (hit && hit.expires > now) return hit;
     const gen = this.generation;
-    const { sandbox, socketPath } = await this.manager.route(id);
+    const { sandbox, socketPath } = await this.manager.endpoint(id);
     const trafficToken = sandbox.network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
     const maskRequestHost = sandbox.network?.maskRequestHost || undefined;
-    const route = { token: sandbox.envdAccessToken, socketPath, trafficToken, maskRequestHost, expires: now + this.ttlMs };
-    if (this.generation === gen) this.routes.set(id, route);
-    return route;
+    const endpoint = { token: sandbox.envdAccessToken, socketPath, trafficToken, maskRequestHost, expires: now + this.ttlMs };
+    if (this.generation === gen) this.entries.set(id, endpoint);
+    return endpoint;
   }
 }

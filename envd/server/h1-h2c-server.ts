@@ -17,7 +17,7 @@ export type RequestHandler = (
  * else to the HTTP/1.1 server. (Node's plaintext http2 server cannot fall
  * back to HTTP/1.1 by itself.)
  */
-export class HybridServer {
+export class H1H2cServer {
   private readonly h1: http.Server;
   private readonly h2: http2.Http2Server;
   private readonly sessions = new Set<http2.ServerHttp2Session>();
