@@ -1,6 +1,7 @@
 // Settings shared by the CLI commands (serve, keys, sandbox).
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
+import { setting } from "./settings.js";
 
 export const DEFAULT_PORT = 3000;
 export const DEFAULT_HOST = "127.0.0.1";
@@ -22,7 +23,7 @@ export function defaultDataDir(env: NodeJS.ProcessEnv = process.env, uid = proce
 
 /** --data-dir, then LOCALE2B_DATA_DIR, then the default; always absolute. */
 export function resolveDataDir(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  return resolve(flag || env.LOCALE2B_DATA_DIR || defaultDataDir(env));
+  return resolve(flag || setting("LOCALE2B_DATA_DIR", env) || defaultDataDir(env));
 }
 
 export function dbPath(dataDir: string): string {
@@ -31,10 +32,10 @@ export function dbPath(dataDir: string): string {
 
 /** The API key a client command uses: --api-key, then E2B_API_KEY, then LOCALE2B_API_KEY. */
 export function clientApiKey(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return flag || env.E2B_API_KEY || env.LOCALE2B_API_KEY || undefined;
+  return flag || env.E2B_API_KEY || setting("LOCALE2B_API_KEY", env) || undefined;
 }
 
 /** The server a client command talks to: --url, then LOCALE2B_URL, then http://127.0.0.1:3000. */
 export function clientUrl(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  return (flag || env.LOCALE2B_URL || DEFAULT_URL).replace(/\/+$/, "");
+  return (flag || setting("LOCALE2B_URL", env) || DEFAULT_URL).replace(/\/+$/, "");
 }

@@ -3,7 +3,7 @@
 // guest image): runs envd exactly as `locale2b envd` does, without the rest
 // of the CLI. control-plane/images/envd-bundle.ts bundles it.
 import "./polyfill/base64.js";
-import { runEnvdCommand } from "../control-plane/cli/envd-command.js";
+import { runEnvdCommand } from "./command.js";
 
 runEnvdCommand(process.argv.slice(2)).then(
   (code) => {

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 import "../../envd/polyfill/base64.js";
 import { CliError, UsageError } from "./args.js";
-import { runEnvdCommand } from "./envd-command.js";
+import { runEnvdCommand } from "../../envd/command.js";
+import { setting } from "../settings.js";
 
 const HELP = `locale2b: self-hosted, E2B-compatible sandboxes
 
@@ -81,7 +82,7 @@ main(process.argv.slice(2)).then(
       process.exit(2);
     }
     process.stderr.write(`locale2b: ${err instanceof Error ? err.message : String(err)}\n`);
-    if (!(err instanceof CliError) && process.env.LOCALE2B_DEBUG && err instanceof Error) process.stderr.write(`${err.stack}\n`);
+    if (!(err instanceof CliError) && setting("LOCALE2B_DEBUG") && err instanceof Error) process.stderr.write(`${err.stack}\n`);
     // Exit now: a failed start may leave handles (sockets, timers) that would keep the process alive.
     process.exit(err instanceof CliError ? err.exitCode : 1);
   },

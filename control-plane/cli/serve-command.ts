@@ -9,6 +9,7 @@ import type { WorkspaceSettings } from "../api/workspace/deps.js";
 import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
 import { defaultAdmissionLimits } from "../manager/admission.js";
+import { setting, settingsHelp, type SettingName } from "../settings.js";
 
 const HELP = `Usage: locale2b serve [options]
 
@@ -68,10 +69,8 @@ Options:
                                    $LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S)
   -h, --help                 show this help
 
-Environment:
-  LOCALE2B_API_KEY   an API key to accept ('e2b_' + 40 hex). Without it, the
-                     first start creates a key and prints it once.
-  LOCALE2B_LOG_LEVEL pino log level (logs go to stderr, one JSON event per line)
+Environment (every LOCALE2B_* variable; docs/configuration.md explains them):
+${settingsHelp()}
 
 Sandboxes keep running when the server stops (SIGINT, SIGTERM); the next
 start with the same data dir adopts them again.
@@ -121,11 +120,11 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     },
   });
   if (values.help) return "help";
-  const runtime = values.runtime || env.LOCALE2B_RUNTIME || "process";
+  const runtime = values.runtime || setting("LOCALE2B_RUNTIME", env) || "process";
   if (!isRuntimeName(runtime)) {
     throw new UsageError(`unknown runtime '${runtime}' (known: ${RUNTIME_NAMES.join(", ")})`, "serve");
   }
-  const apiKey = env.LOCALE2B_API_KEY?.trim() || undefined;
+  const apiKey = setting("LOCALE2B_API_KEY", env)?.trim() || undefined;
   if (apiKey && !API_KEY_RE.test(apiKey)) {
     throw new CliError("LOCALE2B_API_KEY must be 'e2b_' followed by 40 lowercase hex characters, e.g. e2b_$(openssl rand -hex 20)", 2);
   }
@@ -138,17 +137,17 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     domain: values.domain || undefined,
     apiKey,
     runtime,
-    maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? env.LOCALE2B_MAX_CONCURRENT_CREATES, "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
-    createQueue: intOption(values["create-queue"] ?? env.LOCALE2B_CREATE_QUEUE, "--create-queue", "serve", { min: 0, max: 100_000 }),
-    warmPool: intOption(values["warm-pool"] ?? env.LOCALE2B_WARM_POOL, "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
+    maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? setting("LOCALE2B_MAX_CONCURRENT_CREATES", env), "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
+    createQueue: intOption(values["create-queue"] ?? setting("LOCALE2B_CREATE_QUEUE", env), "--create-queue", "serve", { min: 0, max: 100_000 }),
+    warmPool: intOption(values["warm-pool"] ?? setting("LOCALE2B_WARM_POOL", env), "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
     ...activityOptions(values, env),
   };
 }
 
 /** The retention, sampling and session options (flags, then their LOCALE2B_* variables). */
 function activityOptions(values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): Pick<ServeOptions, "activity" | "workspace"> {
-  const opt = (flag: string, variable: string, min: number, max: number) =>
-    intOption((values[flag] as string | undefined) ?? env[variable], `--${flag}`, "serve", { min, max });
+  const opt = (flag: string, variable: SettingName, min: number, max: number) =>
+    intOption((values[flag] as string | undefined) ?? setting(variable, env), `--${flag}`, "serve", { min, max });
   const auditDays = opt("audit-retention-days", "LOCALE2B_AUDIT_RETENTION_DAYS", 1, 3650);
   const eventHours = opt("event-retention-hours", "LOCALE2B_EVENT_RETENTION_HOURS", 1, 24 * 365);
   const intervalS = opt("metrics-interval-s", "LOCALE2B_METRICS_INTERVAL_S", 1, 3600);
@@ -252,7 +251,7 @@ export async function runServeCommand(args: string[]): Promise<number> {
     // Say what to install before spending minutes on an image the runtime could not run.
     if (opts.runtime === "gvisor") await runtime.check();
     // As root the process and gvisor runtimes run every sandbox on the base image: build it on first use.
-    if ((opts.runtime === "process" || opts.runtime === "gvisor") && process.getuid?.() === 0 && process.env.LOCALE2B_NO_IMAGE_BUILD !== "1") {
+    if ((opts.runtime === "process" || opts.runtime === "gvisor") && process.getuid?.() === 0 && setting("LOCALE2B_NO_IMAGE_BUILD") !== "1") {
       const { ensureBaseTemplate } = await import("../images/first-use.js");
       await ensureBaseTemplate(images).catch((err: Error) => {
         throw new CliError(err.message, 2);

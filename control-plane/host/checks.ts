@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { findKernel, findTemplateImage, imagesDir } from "../images/layout.js";
 import { findExecutable } from "./executables.js";
 import { RUNSC_INSTALL, runscVersion } from "../runtimes/gvisor/runsc.js";
+import { setting } from "../settings.js";
 
 export interface HostCheck {
   name: string;
@@ -131,11 +132,11 @@ async function binaryCheck(
 }
 
 async function qemuCheck(env: NodeJS.ProcessEnv): Promise<HostCheck> {
-  const check = await binaryCheck("qemu-system-x86_64", env.LOCALE2B_QEMU, "LOCALE2B_QEMU", "qemu", ["--version"], apt("qemu-system-x86"), (l) =>
+  const check = await binaryCheck("qemu-system-x86_64", setting("LOCALE2B_QEMU", env), "LOCALE2B_QEMU", "qemu", ["--version"], apt("qemu-system-x86"), (l) =>
     l.replace(/^QEMU emulator version /, "QEMU ").replace(/\s*\(Debian [^)]*\)/, ""),
   );
   if (!check.ok) return check;
-  const path = findExecutable("qemu-system-x86_64", env.LOCALE2B_QEMU)!;
+  const path = findExecutable("qemu-system-x86_64", setting("LOCALE2B_QEMU", env))!;
   const machines = await new Promise<string>((resolve) =>
     execFile(path, ["-machine", "help"], { timeout: 10_000 }, (_err, stdout) => resolve(`${stdout}`)),
   );
@@ -170,7 +171,7 @@ async function gccCheck(): Promise<HostCheck> {
 
 async function firecrackerCheck(env: NodeJS.ProcessEnv, accel: Promise<Accel>): Promise<HostCheck> {
   const fix = "optional (firecracker runtime only, needs hardware KVM): put a firecracker binary on PATH or set LOCALE2B_FIRECRACKER";
-  const check = await binaryCheck("firecracker", env.LOCALE2B_FIRECRACKER, "LOCALE2B_FIRECRACKER", "firecracker", ["--version"], fix);
+  const check = await binaryCheck("firecracker", setting("LOCALE2B_FIRECRACKER", env), "LOCALE2B_FIRECRACKER", "firecracker", ["--version"], fix);
   if (!check.ok) return check;
   const a = await accel;
   if (a.accel !== "kvm") return { ...check, ok: false, detail: `${check.detail}, but it needs hardware KVM: ${a.reason}`, fix: "run the firecracker runtime on a host with vmx/svm" };
@@ -179,11 +180,11 @@ async function firecrackerCheck(env: NodeJS.ProcessEnv, accel: Promise<Accel>): 
 
 /** runsc for the gvisor runtime: its version and the platform its sandboxes run on (systrap, ptrace, kvm). */
 async function runscCheck(env: NodeJS.ProcessEnv): Promise<HostCheck> {
-  const check = await binaryCheck("runsc", env.LOCALE2B_RUNSC, "LOCALE2B_RUNSC", "optional", ["--version"], `optional (gvisor runtime only): ${RUNSC_INSTALL}`, (l) =>
+  const check = await binaryCheck("runsc", setting("LOCALE2B_RUNSC", env), "LOCALE2B_RUNSC", "optional", ["--version"], `optional (gvisor runtime only): ${RUNSC_INSTALL}`, (l) =>
     l.replace(/^runsc version /, "runsc "),
   );
   if (!check.ok) return check;
-  const path = findExecutable("runsc", env.LOCALE2B_RUNSC, env)!;
+  const path = findExecutable("runsc", setting("LOCALE2B_RUNSC", env), env)!;
   const v = await runscVersion(path).catch(() => undefined);
   return { ...check, detail: v ? `${check.detail}, platform ${v.platform}` : check.detail };
 }
@@ -195,7 +196,7 @@ function kernelCheck(env: NodeJS.ProcessEnv, dir: string): HostCheck {
     name: "guest kernel",
     ok: false,
     required: "images",
-    detail: env.LOCALE2B_KERNEL ? `LOCALE2B_KERNEL=${env.LOCALE2B_KERNEL} does not exist` : `not built in ${join(dir, "kernels")}`,
+    detail: setting("LOCALE2B_KERNEL", env) ? `LOCALE2B_KERNEL=${setting("LOCALE2B_KERNEL", env)} does not exist` : `not built in ${join(dir, "kernels")}`,
     fix: "scripts/build-kernel.sh (about 25 min on 2 cores, once)",
   };
 }
@@ -212,12 +213,12 @@ export async function hostChecks(env: NodeJS.ProcessEnv = process.env): Promise<
   const accel = accelFor();
   return Promise.all([
     qemuCheck(env),
-    binaryCheck("qemu-img", env.LOCALE2B_QEMU_IMG, "LOCALE2B_QEMU_IMG", "qemu", ["--version"], apt("qemu-utils"), (l) =>
+    binaryCheck("qemu-img", setting("LOCALE2B_QEMU_IMG", env), "LOCALE2B_QEMU_IMG", "qemu", ["--version"], apt("qemu-utils"), (l) =>
       l.replace(/^qemu-img version /, "qemu-img ").replace(/\s*\(Debian [^)]*\)/, ""),
     ),
     binaryCheck(
       "vhost-device-vsock",
-      env.LOCALE2B_VHOST_VSOCK,
+      setting("LOCALE2B_VHOST_VSOCK", env),
       "LOCALE2B_VHOST_VSOCK",
       "qemu",
       ["--version"],

@@ -14,7 +14,7 @@ export const ENVD_BUNDLE_VERSION = 1;
 export const NATIVE_PACKAGES = ["@lydell/node-pty", "@napi-rs/xattr"] as const;
 /** Folders whose .ts files may go into the bundle (relative to the package root). */
 const SOURCE_DIRS = ["envd", "gen/ts"];
-const SOURCE_FILES = ["control-plane/cli/envd-command.ts", "package-lock.json"];
+const SOURCE_FILES = ["package-lock.json"];
 /** Bundled modules must come from these (or node_modules); anything else is a mistake. */
 const ALLOWED_INPUTS = [...SOURCE_DIRS.map((d) => `${d}/`), ...SOURCE_FILES];
 const FORBIDDEN_PACKAGES = ["node-sqlite3-wasm", "esbuild", "yaml", "vitest"];

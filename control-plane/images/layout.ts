@@ -4,6 +4,7 @@
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { resolveDataDir } from "../config.js";
+import { setting } from "../settings.js";
 
 /**
  * The image cache: `$LOCALE2B_IMAGES_DIR`, else `images/` in the default data
@@ -22,7 +23,7 @@ import { resolveDataDir } from "../config.js";
  * directory that exists is complete.
  */
 export function imagesDir(env: NodeJS.ProcessEnv = process.env, dataDir?: string): string {
-  return env.LOCALE2B_IMAGES_DIR || join(dataDir ?? resolveDataDir(undefined, env), "images");
+  return setting("LOCALE2B_IMAGES_DIR", env) || join(dataDir ?? resolveDataDir(undefined, env), "images");
 }
 
 /** Paths inside every template's root filesystem. */
@@ -79,7 +80,8 @@ export function findTemplateImage(name: string, dir = imagesDir()): GuestImage |
 
 /** The guest kernel: `$LOCALE2B_KERNEL`, else the last one built into the cache, else undefined. */
 export function findKernel(env: NodeJS.ProcessEnv = process.env, dir = imagesDir(env)): string | undefined {
-  if (env.LOCALE2B_KERNEL) return existsSync(env.LOCALE2B_KERNEL) ? env.LOCALE2B_KERNEL : undefined;
+  const explicit = setting("LOCALE2B_KERNEL", env);
+  if (explicit) return existsSync(explicit) ? explicit : undefined;
   const kernels = join(dir, "kernels");
   try {
     const id = readFileSync(join(kernels, "current"), "utf8").trim();

@@ -8,6 +8,7 @@ import { basename, dirname, extname, isAbsolute, join, posix, resolve } from "no
 import { parseDocument } from "yaml";
 import { packageRoot } from "../runtimes/paths.js";
 import { GUEST } from "./layout.js";
+import { setting } from "../settings.js";
 
 export const DEFAULT_MIRROR = "http://deb.debian.org/debian";
 export const DEFAULT_DISK_SIZE_MB = 1024;
@@ -154,7 +155,7 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
   const variant = obj.variant === undefined ? "minbase" : str("variant", obj.variant);
   if (!(VARIANTS as readonly string[]).includes(variant)) fail("variant", `one of ${VARIANTS.join(", ")}`, variant);
   const mirror = obj.mirror === undefined ? DEFAULT_MIRROR : str("mirror", obj.mirror, /^https?:\/\/\S+$/, "an http:// or https:// URL");
-  const override = env.LOCALE2B_DEBIAN_MIRROR;
+  const override = setting("LOCALE2B_DEBIAN_MIRROR", env);
   if (override !== undefined && override !== "" && !/^(https?|file):\/\/\S+$/.test(override)) {
     throw new DefinitionError(`LOCALE2B_DEBIAN_MIRROR: expected an http://, https:// or file:// URL, got ${JSON.stringify(override)}`);
   }

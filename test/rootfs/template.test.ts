@@ -137,8 +137,9 @@ describe("building blocks", () => {
   });
 
   it("keeps control-plane code and SQLite out of the envd bundle", () => {
-    expect(() => checkInputs(["envd/main.ts", "gen/ts/process/process_pb.ts", "control-plane/cli/envd-command.ts", "node_modules/pino/pino.js"])).not.toThrow();
+    expect(() => checkInputs(["envd/main.ts", "envd/command.ts", "gen/ts/process/process_pb.ts", "node_modules/pino/pino.js"])).not.toThrow();
     expect(() => checkInputs(["envd/main.ts", "control-plane/store/sqlite-store.ts"])).toThrow(/pulls in: control-plane\/store\/sqlite-store\.ts/);
+    expect(() => checkInputs(["envd/command.ts", "control-plane/settings.ts"])).toThrow(/pulls in: control-plane\/settings\.ts/);
     expect(() => checkInputs(["node_modules/node-sqlite3-wasm/dist/node-sqlite3-wasm.js"])).toThrow(/node-sqlite3-wasm/);
   });
 });

@@ -3,6 +3,7 @@
 // `locale2b doctor` uses too; nothing here changes the host.
 import { accelFor } from "../../host/checks.js";
 import { findExecutable } from "../../host/executables.js";
+import { setting } from "../../settings.js";
 
 /** Where a user learns how to install Firecracker, a guest kernel and images. */
 export const SETUP_HINT = "see docs/microvms.md / scripts/setup-host";
@@ -11,7 +12,7 @@ export type Found = { path: string } | { missing: string };
 
 /** The firecracker binary: `$LOCALE2B_FIRECRACKER`, else `firecracker` on PATH (or where setup-host installs). */
 export function findFirecracker(env: NodeJS.ProcessEnv = process.env): Found {
-  const explicit = env.LOCALE2B_FIRECRACKER;
+  const explicit = setting("LOCALE2B_FIRECRACKER", env);
   const path = findExecutable("firecracker", explicit, env);
   if (path) return { path };
   if (explicit) return { missing: `firecracker not found: LOCALE2B_FIRECRACKER=${explicit} is not an executable file (${SETUP_HINT})` };
@@ -20,7 +21,7 @@ export function findFirecracker(env: NodeJS.ProcessEnv = process.env): Found {
 
 /** The jailer binary: `$LOCALE2B_JAILER`, else `jailer` on PATH. */
 export function findJailer(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return findExecutable("jailer", env.LOCALE2B_JAILER, env);
+  return findExecutable("jailer", setting("LOCALE2B_JAILER", env), env);
 }
 
 

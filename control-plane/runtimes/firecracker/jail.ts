@@ -5,6 +5,7 @@
 import { basename, join } from "node:path";
 import { chownSync, copyFileSync, linkSync, mkdirSync, rmSync } from "node:fs";
 import type { JailSpec, VmLayout } from "./layout.js";
+import { setting } from "../../settings.js";
 
 /** Firecracker's own default chroot base. */
 export const DEFAULT_CHROOT_BASE = "/srv/jailer";
@@ -12,7 +13,7 @@ export const DEFAULT_CHROOT_BASE = "/srv/jailer";
 const DEFAULT_ID = 65534;
 
 export function jailRequested(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env.LOCALE2B_FIRECRACKER_JAILER === "1";
+  return setting("LOCALE2B_FIRECRACKER_JAILER", env) === "1";
 }
 
 function intEnv(value: string | undefined, fallback: number, name: string): number {
@@ -24,10 +25,10 @@ function intEnv(value: string | undefined, fallback: number, name: string): numb
 
 export function jailSpec(execFile: string, env: NodeJS.ProcessEnv = process.env): JailSpec {
   return {
-    chrootBase: env.LOCALE2B_FIRECRACKER_CHROOT_BASE || DEFAULT_CHROOT_BASE,
+    chrootBase: setting("LOCALE2B_FIRECRACKER_CHROOT_BASE", env) || DEFAULT_CHROOT_BASE,
     execFile,
-    uid: intEnv(env.LOCALE2B_FIRECRACKER_UID, DEFAULT_ID, "LOCALE2B_FIRECRACKER_UID"),
-    gid: intEnv(env.LOCALE2B_FIRECRACKER_GID, DEFAULT_ID, "LOCALE2B_FIRECRACKER_GID"),
+    uid: intEnv(setting("LOCALE2B_FIRECRACKER_UID", env), DEFAULT_ID, "LOCALE2B_FIRECRACKER_UID"),
+    gid: intEnv(setting("LOCALE2B_FIRECRACKER_GID", env), DEFAULT_ID, "LOCALE2B_FIRECRACKER_GID"),
   };
 }
 

@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../net/addresses.js";
 import { disableIpv6 } from "../net/nft.js";
 import type { TapRecord } from "./state.js";
+import { setting } from "../../settings.js";
 
 /** The DNS server the `ip=` boot argument names (the guest's init copies /proc/net/pnp to resolv.conf). */
 const DEFAULT_DNS = "1.1.1.1";
@@ -24,7 +25,7 @@ export function guestMac(sandboxId: string): string {
 }
 
 /** The kernel's `ip=<client>:<server>:<gw>:<netmask>:<hostname>:<device>:<autoconf>:<dns0>` boot argument. */
-export function ipBootArg(index: number, dns = process.env.LOCALE2B_FIRECRACKER_DNS || DEFAULT_DNS): string {
+export function ipBootArg(index: number, dns = setting("LOCALE2B_FIRECRACKER_DNS") || DEFAULT_DNS): string {
   const a = addresses(index);
   return `ip=${a.guest}::${a.host}:${a.netmask}::eth0:off:${dns}`;
 }

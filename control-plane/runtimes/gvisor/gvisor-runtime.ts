@@ -15,6 +15,7 @@ import { ociSpec } from "./bundle.js";
 import { effectivePolicy, GvisorInstance, type PersistedGvisorInstance } from "./instance.js";
 import { gvisorLayout, mountRoot, removeSandboxDir } from "./rootfs.js";
 import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
+import { setting } from "../../settings.js";
 
 export interface GvisorRuntimeOptions {
   /** Where built templates are (default imagesDir()). */
@@ -69,7 +70,7 @@ export class GvisorRuntime implements Runtime {
   }
 
   private logLevel(): string {
-    return this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL ?? "info";
+    return this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL") ?? "info";
   }
 
   async create(spec: InstanceSpec): Promise<GvisorInstance> {

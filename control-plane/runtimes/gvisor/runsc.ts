@@ -6,12 +6,13 @@ import { execFile, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { promisify } from "node:util";
 import { findExecutable } from "../../host/executables.js";
+import { setting } from "../../settings.js";
 
 const exec = promisify(execFile);
 
 /** runsc: LOCALE2B_RUNSC, else on PATH (or where scripts/setup-host installs it). */
 export function findRunsc(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return findExecutable("runsc", env.LOCALE2B_RUNSC, env);
+  return findExecutable("runsc", setting("LOCALE2B_RUNSC", env), env);
 }
 
 export const RUNSC_INSTALL =
@@ -19,7 +20,7 @@ export const RUNSC_INSTALL =
 
 /** The platform sandboxes run on: LOCALE2B_RUNSC_PLATFORM, else runsc's default (systrap; ptrace before 2023). */
 export function runscPlatform(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return env.LOCALE2B_RUNSC_PLATFORM || undefined;
+  return setting("LOCALE2B_RUNSC_PLATFORM", env) || undefined;
 }
 
 /** `runsc --version`'s first line ("runsc version 0.0~20240729.0"), and its default platform. */

@@ -4,6 +4,7 @@
 // namespace: its upstream servers are used instead).
 import { readFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
+import { setting } from "../../settings.js";
 
 function serversIn(path: string): string[] {
   try {
@@ -18,7 +19,8 @@ function serversIn(path: string): string[] {
 
 /** IPv4 name servers for sandboxes: LOCALE2B_DNS (comma-separated), else the host's non-loopback ones. */
 export function nameServers(env: NodeJS.ProcessEnv = process.env): string[] {
-  if (env.LOCALE2B_DNS) return env.LOCALE2B_DNS.split(",").map((s) => s.trim()).filter(Boolean);
+  const explicit = setting("LOCALE2B_DNS", env);
+  if (explicit) return explicit.split(",").map((s) => s.trim()).filter(Boolean);
   const usable = (list: string[]) => list.filter((a) => !a.startsWith("127."));
   const direct = usable(serversIn("/etc/resolv.conf"));
   if (direct.length) return direct;

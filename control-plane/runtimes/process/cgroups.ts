@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { waitFor } from "./procfs.js";
+import { setting } from "../../settings.js";
 
 /**
  * One sandbox's control group, whatever the host mounts: cgroup v1
@@ -136,7 +137,7 @@ export function groupExists(dir: string): boolean {
  * the host's last process ids however many there are.
  */
 export function allSandboxesPidsMax(env: NodeJS.ProcessEnv = process.env): number {
-  const set = Number(env.LOCALE2B_PIDS_MAX_TOTAL);
+  const set = Number(setting("LOCALE2B_PIDS_MAX_TOTAL", env));
   if (Number.isInteger(set) && set > 0) return set;
   const pidMax = readNumber("/proc/sys/kernel/pid_max") ?? 32768;
   const threadsMax = readNumber("/proc/sys/kernel/threads-max") ?? pidMax;

@@ -5,6 +5,7 @@
 // /etc/subuid and /etc/subgid under the name `locale2b` so that useradd and
 // other tools never hand those ids to anyone else.
 import { appendFileSync, readFileSync } from "node:fs";
+import { setting } from "../../settings.js";
 
 export const ID_COUNT = 65536;
 const OWNER = "locale2b";
@@ -74,10 +75,10 @@ const overlaps = (a: number, n: number, b: number, m: number) => a < b + m && b 
  * source says so).
  */
 export function sandboxIdRange(env: NodeJS.ProcessEnv = process.env, etc = "/etc"): IdRange {
-  if (env.LOCALE2B_ID_BASE) {
-    const base = Number(env.LOCALE2B_ID_BASE);
+  if (setting("LOCALE2B_ID_BASE", env)) {
+    const base = Number(setting("LOCALE2B_ID_BASE", env));
     if (!Number.isInteger(base) || base < 65536 || base + ID_COUNT > 0xffffffff) {
-      throw new Error(`LOCALE2B_ID_BASE=${env.LOCALE2B_ID_BASE}: expected an integer from 65536 to ${0xffffffff - ID_COUNT}`);
+      throw new Error(`LOCALE2B_ID_BASE=${setting("LOCALE2B_ID_BASE", env)}: expected an integer from 65536 to ${0xffffffff - ID_COUNT}`);
     }
     return { base, count: ID_COUNT, source: "LOCALE2B_ID_BASE" };
   }

@@ -21,6 +21,7 @@ import { nameServers } from "../net/dns.js";
 import { releaseDevice } from "../net/nft.js";
 import { attachVeth, isNetRecord, updateVethPolicy, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../net/policy.js";
+import { setting } from "../../settings.js";
 
 /** PATH for envd and, through it, every process in a user-namespace sandbox. */
 const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -60,8 +61,8 @@ export class ProcessRuntime implements Runtime {
   /** Probes the host once; later calls share the answer. */
   capabilities(): Promise<HostCapabilities> {
     this.caps ??= probeHost({
-      readOnlyRoot: process.env.LOCALE2B_PROCESS_HOST_RW !== "1",
-      cgroupParent: this.opts.cgroupParent ?? process.env.LOCALE2B_CGROUP_PARENT,
+      readOnlyRoot: setting("LOCALE2B_PROCESS_HOST_RW") !== "1",
+      cgroupParent: this.opts.cgroupParent ?? setting("LOCALE2B_CGROUP_PARENT"),
       forceMode: this.opts.forceMode,
     });
     return this.caps;
@@ -91,7 +92,7 @@ export class ProcessRuntime implements Runtime {
   }
 
   private logLevel(): string {
-    return this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL ?? "info";
+    return this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL") ?? "info";
   }
 
   async create(spec: InstanceSpec): Promise<ProcessInstance> {

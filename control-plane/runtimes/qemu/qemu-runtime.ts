@@ -16,6 +16,7 @@ import { tapForPolicy, tapUnsupported } from "./tap.js";
 import { releaseDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
 import { RuntimeUnavailableError } from "../errors.js";
+import { setting } from "../../settings.js";
 
 export { RuntimeUnavailableError } from "../errors.js";
 
@@ -58,9 +59,9 @@ export class QemuRuntime implements Runtime {
   resolveTools(): Promise<Tools> {
     this.tools ??= (async () => {
       const missing: string[] = [];
-      const qemu = findExecutable("qemu-system-x86_64", process.env.LOCALE2B_QEMU);
-      const qemuImg = findExecutable("qemu-img", process.env.LOCALE2B_QEMU_IMG);
-      const vhost = findExecutable("vhost-device-vsock", process.env.LOCALE2B_VHOST_VSOCK);
+      const qemu = findExecutable("qemu-system-x86_64", setting("LOCALE2B_QEMU"));
+      const qemuImg = findExecutable("qemu-img", setting("LOCALE2B_QEMU_IMG"));
+      const vhost = findExecutable("vhost-device-vsock", setting("LOCALE2B_VHOST_VSOCK"));
       const kernel = findKernel({ ...process.env, LOCALE2B_IMAGES_DIR: this.images() });
       if (!qemu) missing.push("qemu-system-x86_64 (package qemu-system-x86)");
       if (!qemuImg) missing.push("qemu-img (package qemu-utils)");
@@ -118,7 +119,7 @@ export class QemuRuntime implements Runtime {
       if (img.status !== 0) throw new Error(`cannot create the sandbox's disk overlay: ${(img.stderr || img.error?.message || "").trim()}`);
     }
     // Emulated SMP is slower than one vCPU on small hosts (vm-notes: -smp 1 won on every measure).
-    const tcgCpus = Number(process.env.LOCALE2B_QEMU_TCG_CPUS) || 1;
+    const tcgCpus = Number(setting("LOCALE2B_QEMU_TCG_CPUS")) || 1;
     const cpuCount = Math.max(1, t.accel === "tcg" ? Math.min(spec.cpuCount, tcgCpus) : spec.cpuCount);
     const memoryMB = Math.max(128, spec.memoryMB);
     const started: ChildProcess[] = [];
@@ -143,7 +144,7 @@ export class QemuRuntime implements Runtime {
         memoryMB,
         accel: t.accel,
         tscKHz: hostTscKHz(),
-        envdLogLevel: this.opts.envdLogLevel ?? process.env.LOCALE2B_ENVD_LOG_LEVEL,
+        envdLogLevel: this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL"),
         network: tapped?.network ?? spec.allowInternetAccess,
       });
       const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);

@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
-import { startEnvd } from "../../envd/main.js";
-import { ENVD_PORT, ENVD_VERSION } from "../../envd/version.js";
+import { startEnvd } from "./main.js";
+import { ENVD_PORT, ENVD_VERSION } from "./version.js";
 
 const HELP = `Usage: locale2b envd [options]
 
@@ -45,7 +45,7 @@ export async function runEnvdCommand(args: string[]): Promise<number> {
     listen: values.listen?.length ? values.listen : [`tcp://127.0.0.1:${ENVD_PORT}`],
     defaultUser: values.user,
     defaultWorkdir: values.workdir,
-    accessToken: values["access-token"] ?? process.env.LOCALE2B_ENVD_ACCESS_TOKEN,
+    accessToken: values["access-token"] ?? (process.env.LOCALE2B_ENVD_ACCESS_TOKEN || undefined),
   });
   const stop = () => {
     void envd.close().then(() => process.exit(0));

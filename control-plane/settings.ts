@@ -1,0 +1,84 @@
+// Every LOCALE2B_* environment variable, in one table: what it sets, its
+// default, and who reads it. Code reads them through setting() (envd, which
+// runs inside sandboxes and ships without the control plane, reads its three
+// itself; they are listed here all the same). `locale2b serve --help` prints
+// this table and docs/configuration.md explains it; a test keeps the three in
+// step with the source.
+
+export type SettingReader = "serve" | "cli" | "templates" | "process" | "gvisor" | "qemu" | "firecracker" | "envd" | "client";
+
+export interface Setting {
+  /** What it sets, in a line. */
+  what: string;
+  /** Its default, in words (empty: none). */
+  default: string;
+  /** Who reads it. */
+  reader: SettingReader;
+  /** The serve flag that wins over it, if any. */
+  flag?: string;
+}
+
+export const SETTINGS = {
+  LOCALE2B_DATA_DIR: { what: "state: SQLite, sandboxes, images", default: "/var/lib/locale2b as root, else ~/.local/state/locale2b", reader: "cli", flag: "--data-dir" },
+  LOCALE2B_API_KEY: { what: "an API key the server accepts ('e2b_' + 40 hex); the key client commands send", default: "the first start creates one and prints it", reader: "cli" },
+  LOCALE2B_URL: { what: "the server client commands talk to", default: "http://127.0.0.1:3000", reader: "cli" },
+  LOCALE2B_RUNTIME: { what: "sandbox runtime: process, gvisor, qemu or firecracker", default: "process", reader: "serve", flag: "--runtime" },
+  LOCALE2B_WARM_POOL: { what: "sandboxes started ahead of time for default-shape creates", default: "2 on process, else 0", reader: "serve", flag: "--warm-pool" },
+  LOCALE2B_MAX_CONCURRENT_CREATES: { what: "sandbox starts run at once", default: "one per CPU", reader: "serve", flag: "--max-concurrent-creates" },
+  LOCALE2B_CREATE_QUEUE: { what: "creates that may wait for a start before 429", default: "16 per start slot", reader: "serve", flag: "--create-queue" },
+  LOCALE2B_AUDIT_RETENTION_DAYS: { what: "days audit entries are kept", default: "30", reader: "serve", flag: "--audit-retention-days" },
+  LOCALE2B_EVENT_RETENTION_HOURS: { what: "hours events are kept for replay", default: "24", reader: "serve", flag: "--event-retention-hours" },
+  LOCALE2B_METRICS_INTERVAL_S: { what: "seconds between metric samples of each running sandbox", default: "5", reader: "serve", flag: "--metrics-interval-s" },
+  LOCALE2B_METRICS_RETENTION_HOURS: { what: "hours metric samples are kept", default: "24", reader: "serve", flag: "--metrics-retention-hours" },
+  LOCALE2B_SESSION_BUFFER_MB: { what: "output kept per background session, MiB", default: "8", reader: "serve", flag: "--session-buffer-mb" },
+  LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S: { what: "idle seconds before a workspace sandbox pauses", default: "3600", reader: "serve", flag: "--workspace-idle-timeout-s" },
+  LOCALE2B_NO_IMAGE_BUILD: { what: "1: serve does not build a missing base template at start", default: "build it (as root)", reader: "serve" },
+  LOCALE2B_LOG_LEVEL: { what: "pino log level of the server and of envd (stderr, one JSON event per line)", default: "info", reader: "serve" },
+  LOCALE2B_DEBUG: { what: "1: CLI errors print their stack", default: "", reader: "cli" },
+  LOCALE2B_IMAGES_DIR: { what: "image cache: templates, guest kernel, envd bundle, init", default: "<data dir>/images", reader: "templates" },
+  LOCALE2B_KERNEL: { what: "guest kernel for the VM runtimes", default: "the last kernel built into the image cache", reader: "templates" },
+  LOCALE2B_DEBIAN_MIRROR: { what: "Debian mirror template builds use", default: "the template's mirror", reader: "templates" },
+  LOCALE2B_DNS: { what: "name servers for sandboxes with their own network, comma-separated", default: "the host's non-loopback ones", reader: "serve" },
+  LOCALE2B_ENVD_LOG_LEVEL: { what: "envd's log level in sandboxes", default: "info", reader: "serve" },
+  LOCALE2B_CGROUP_PARENT: { what: "process runtime: the cgroup sandboxes go under", default: "the server's own", reader: "process" },
+  LOCALE2B_PIDS_MAX_TOTAL: { what: "process runtime: processes all sandboxes may have together", default: "3/4 of the smaller of pid_max and threads-max", reader: "process" },
+  LOCALE2B_ID_BASE: { what: "process runtime: first host uid/gid of sandbox user namespaces", default: "the locale2b entry of /etc/subuid and /etc/subgid, else a free range", reader: "process" },
+  LOCALE2B_PROCESS_HOST_RW: { what: "1: process runtime without a template rootfs keeps the host's folders writable (tests only)", default: "read-only", reader: "process" },
+  LOCALE2B_RUNSC: { what: "gvisor: the runsc binary", default: "runsc on PATH or /usr/local/bin", reader: "gvisor" },
+  LOCALE2B_RUNSC_PLATFORM: { what: "gvisor: runsc --platform (systrap, ptrace, kvm)", default: "runsc's default (systrap)", reader: "gvisor" },
+  LOCALE2B_QEMU: { what: "qemu: qemu-system-x86_64", default: "on PATH", reader: "qemu" },
+  LOCALE2B_QEMU_IMG: { what: "qemu: qemu-img", default: "on PATH", reader: "qemu" },
+  LOCALE2B_VHOST_VSOCK: { what: "qemu: vhost-device-vsock", default: "on PATH or /usr/local/bin", reader: "qemu" },
+  LOCALE2B_QEMU_TCG_CPUS: { what: "qemu: vCPUs a VM gets under emulation (TCG)", default: "1", reader: "qemu" },
+  LOCALE2B_FIRECRACKER: { what: "firecracker: the firecracker binary", default: "on PATH", reader: "firecracker" },
+  LOCALE2B_JAILER: { what: "firecracker: the jailer binary", default: "on PATH", reader: "firecracker" },
+  LOCALE2B_FIRECRACKER_JAILER: { what: "1: start Firecracker through its jailer", default: "no jailer", reader: "firecracker" },
+  LOCALE2B_FIRECRACKER_CHROOT_BASE: { what: "firecracker: the jailer's chroot base", default: "/srv/jailer", reader: "firecracker" },
+  LOCALE2B_FIRECRACKER_UID: { what: "firecracker: uid the jailer drops to", default: "65534", reader: "firecracker" },
+  LOCALE2B_FIRECRACKER_GID: { what: "firecracker: gid the jailer drops to", default: "65534", reader: "firecracker" },
+  LOCALE2B_FIRECRACKER_DNS: { what: "firecracker: the guest's name server (kernel ip= argument)", default: "1.1.1.1", reader: "firecracker" },
+  LOCALE2B_ENVD_ACCESS_TOKEN: { what: "`locale2b envd`: the access token it requires", default: "none (set by /init)", reader: "envd" },
+  LOCALE2B_ENVD_STAGING_DIR: { what: "envd: where uploads are staged before their rename", default: "/var/tmp/.locale2b-envd-uploads, else under the temp dir", reader: "envd" },
+  LOCALE2B_BASE_URL: { what: "agent harnesses: the workspace API's base URL (serve prints it)", default: "", reader: "client" },
+} as const satisfies Record<string, Setting>;
+
+export type SettingName = keyof typeof SETTINGS;
+
+/** A LOCALE2B_* variable's value; empty or blank counts as unset. */
+export function setting(name: SettingName, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === "" ? undefined : v;
+}
+
+/** The table as `serve --help` prints it. */
+export function settingsHelp(): string {
+  const names = Object.keys(SETTINGS) as SettingName[];
+  const width = Math.max(...names.map((n) => n.length));
+  return names
+    .map((n) => {
+      const s: Setting = SETTINGS[n];
+      const extra = [s.flag ? `flag ${s.flag} wins` : "", s.default ? `default: ${s.default}` : ""].filter(Boolean).join("; ");
+      return `  ${n.padEnd(width)}  [${s.reader}] ${s.what}${extra ? ` (${extra})` : ""}`;
+    })
+    .join("\n");
+}
