@@ -41,6 +41,7 @@ export class SandboxManager {
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
   private reaper: NodeJS.Timeout | undefined;
+  private closed = false;
   private readonly fs: FsPauseDeps;
   private readonly connections: SandboxConnections;
 
@@ -95,6 +96,7 @@ export class SandboxManager {
 
   /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
   async close(): Promise<void> {
+    this.closed = true;
     clearInterval(this.reaper);
     await this.warm?.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.connections.closeWhilePaused(rec.id, this.instances.get(rec.id)));
@@ -130,6 +132,7 @@ export class SandboxManager {
   private track(id: string, inst: Instance, runtime: string): void {
     this.instances.set(id, inst, runtime);
     inst.onExit((reason) => {
+      if (this.closed) return; // the next server adopts it, or finds it gone
       void this.locks.run(id, async () => {
         const rec = this.o.store.getSandbox(id);
         if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
