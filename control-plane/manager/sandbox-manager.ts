@@ -8,6 +8,7 @@ import { removeLeftovers } from "./leftovers.js";
 import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { newSandboxId } from "./ids.js";
+import { SnapshotUnusableError } from "../runtimes/errors.js";
 import type { EgressRules } from "../runtimes/net/policy.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
@@ -213,6 +214,7 @@ export class SandboxManager {
         this.o.store.deleteSandbox(id);
         rmSync(dir, { recursive: true, force: true });
         const tail = consoleTail.length ? `; last console lines: ${consoleTail.slice(-3).join(" | ")}` : "";
+        if (err instanceof SnapshotUnusableError) throw new ControlPlaneError("conflict", err.message);
         throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}${tail}`);
       }
       return this.created(rec, inst, runtime.name, timeout, now);

@@ -5,3 +5,11 @@ export class RuntimeUnavailableError extends Error {
     this.name = "RuntimeUnavailableError";
   }
 }
+
+/** A snapshot this runtime cannot start from (another kind, or files it needs are gone); the message says what to do. */
+export class SnapshotUnusableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SnapshotUnusableError";
+  }
+}

@@ -96,6 +96,22 @@ describe("manager lifecycle against a stand-in runtime", () => {
     const sbx = await Sandbox.connect(pausing, { ...sdkOpts(second) });
     expect((await sbx.commands.run("echo adopted")).stdout).toBe("adopted\n");
   });
+
+  it("a snapshot its runtime can no longer start from is a 409 that says what to do, and leaves nothing behind", async () => {
+    const rt = new StandInRuntime();
+    const cp = await server(rt);
+    const id = await create(cp);
+    const snap = await api(cp)("POST", `/sandboxes/${id}/snapshots`, {});
+    expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+    rt.faults.snapshotUnusable = "the template image this snapshot was taken on is gone: take the snapshot again";
+    const before = rt.instances.size;
+    const r = await api(cp)("POST", "/v2/sandboxes", { templateID: snap.json.snapshotID, timeout: 60 });
+    expect(r.status).toBe(409);
+    expect(String(r.json.message)).toMatch(/take the snapshot again/);
+    expect(rt.instances.size).toBe(before);
+    rt.faults.snapshotUnusable = undefined;
+    expect((await api(cp)("POST", "/v2/sandboxes", { templateID: snap.json.snapshotID, timeout: 60 })).status).toBe(201);
+  });
 });
 
 function sdkOpts(cp: TestControlPlane) {

@@ -4,11 +4,12 @@
 // control plane's real transport, /init and proxy run against it; the
 // runtime's own steps (pause, resume, death, adoption) are scripted by the
 // test through `faults` and `instances`.
-import { mkdirSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { startEnvd, type RunningEnvd } from "../../envd/main.js";
-import type { Instance, InstanceSpec, InstanceStats, PauseConnections, Runtime } from "../../control-plane/runtimes/runtime.js";
+import { SnapshotUnusableError } from "../../control-plane/runtimes/errors.js";
+import type { Instance, InstanceSpec, InstanceStats, PauseConnections, Runtime, SnapshotKind, SnapshotSource } from "../../control-plane/runtimes/runtime.js";
 
 export interface Faults {
   /** The next pause() throws this. */
@@ -17,6 +18,8 @@ export interface Faults {
   resume?: Error;
   /** pause() waits for this before it returns (a pause cut short by a restart). */
   pauseGate?: Promise<void>;
+  /** createFromSnapshot() refuses with this (as qemu does when a snapshot's backing image is gone). */
+  snapshotUnusable?: string;
 }
 
 export class StandInInstance implements Instance {
@@ -72,6 +75,14 @@ export class StandInInstance implements Instance {
     this.exitListeners.push(listener);
   }
 
+  snapshotKinds(): SnapshotKind[] {
+    return ["filesystem"];
+  }
+
+  async snapshot(dest: string): Promise<void> {
+    writeFileSync(join(dest, "stand-in"), this.sandboxId);
+  }
+
   /** The control plane stops watching (as real runtimes' detach does). */
   detach(): void {
     this.exitListeners = [];
@@ -102,6 +113,11 @@ export class StandInRuntime implements Runtime {
     const inst = new StandInInstance(spec.sandboxId, envd, this.faults, this.pauseConnections);
     this.instances.set(spec.sandboxId, inst);
     return inst;
+  }
+
+  async createFromSnapshot(spec: InstanceSpec, _from: SnapshotSource): Promise<Instance> {
+    if (this.faults.snapshotUnusable) throw new SnapshotUnusableError(this.faults.snapshotUnusable);
+    return this.create(spec);
   }
 
   async adopt(sandboxId: string): Promise<Instance | undefined> {

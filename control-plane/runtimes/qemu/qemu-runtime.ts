@@ -15,7 +15,7 @@ import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./inst
 import { tapForPolicy, tapUnsupported } from "./tap.js";
 import { releaseDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
-import { RuntimeUnavailableError } from "../errors.js";
+import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
 import { setting } from "../../settings.js";
 
 export { RuntimeUnavailableError } from "../errors.js";
@@ -98,9 +98,9 @@ export class QemuRuntime implements Runtime {
 
   /** A VM booting on a copy of a filesystem snapshot's overlay (its backing file is still the template's image). */
   async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<QemuInstance> {
-    if (from.kind !== "filesystem") throw new Error(`the qemu runtime cannot start from a ${from.kind} snapshot`);
+    if (from.kind !== "filesystem") throw new SnapshotUnusableError(`the qemu runtime cannot start from a ${from.kind} snapshot`);
     const problem = missingBacking((await this.resolveTools()).qemuImg, snapshotDiskPath(from.dir));
-    if (problem) throw new Error(problem);
+    if (problem) throw new SnapshotUnusableError(problem);
     return this.create(spec, snapshotDiskPath(from.dir));
   }
 
