@@ -208,7 +208,7 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
   }
   const kinds: Record<string, string> = {
     process: "sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots)",
-    gvisor: "sandboxes are gVisor (runsc) sandboxes: a user-space kernel between their code and the host's (pause keeps them in memory)",
+    gvisor: "sandboxes are gVisor (runsc) sandboxes: a user-space kernel between their code and the host's (pause writes them to disk and frees their memory: runsc checkpoint)",
     qemu: "sandboxes are QEMU microVMs (pause keeps them in memory)",
     firecracker: "sandboxes are Firecracker microVMs (pause snapshots them to disk)",
   };

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,14 @@ enum mode {
 };
 
 #define MAX_ARGS 64
+
+/*
+ * Process mode: close the host-facing listener and connections (before a
+ * checkpoint), and open it again. runsc kill sends only signals 1-31; these two
+ * are ignored by default, so an init without this support just ignores them.
+ */
+#define SIG_QUIESCE SIGURG
+#define SIG_RELISTEN SIGWINCH
 
 struct config {
 	enum mode mode;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,6 +206,51 @@ static void print_config(void)
 	envd_print_argv();
 }
 
+/*
+ * Process mode, before a checkpoint (gVisor cannot save a sandbox holding a
+ * bound host socket or a connection on one): close the host-facing listener
+ * and every relayed connection, then say so with an ack file beside the
+ * socket. envd and every process keep running. SIG_RELISTEN (after the
+ * restore, or when the checkpoint failed) opens the listener again.
+ */
+static char *ack_path(void)
+{
+	static char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
+	if (!cfg.hybrid_path)
+		return NULL;
+	snprintf(path, sizeof path, "%s.quiesced", cfg.hybrid_path);
+	return path;
+}
+
+static void quiesce(void)
+{
+	if (shutting_down)
+		return;
+	bridge_close_all();
+	const char *ack = ack_path();
+	if (ack) {
+		int fd = open(ack, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			close(fd);
+		else
+			ilog("cannot write %s: %s", ack, strerror(errno));
+	}
+	ilog("quiesced: host listener and connections closed (checkpoint)");
+}
+
+static void relisten(void)
+{
+	if (shutting_down)
+		return;
+	const char *ack = ack_path();
+	if (ack)
+		unlink(ack);
+	if (bridge_listen() < 0)
+		ilog("cannot listen again after a checkpoint");
+	else
+		ilog("listening again after a checkpoint");
+}
+
 static void handle_signals(void)
 {
 	struct signalfd_siginfo si;
@@ -214,6 +260,14 @@ static void handle_signals(void)
 		ssize_t n = read(sigfd, &si, sizeof si);
 		if (n != (ssize_t)sizeof si)
 			break;
+		if (cfg.hybrid_path && (int)si.ssi_signo == SIG_QUIESCE) {
+			quiesce();
+			continue;
+		}
+		if (cfg.hybrid_path && (int)si.ssi_signo == SIG_RELISTEN) {
+			relisten();
+			continue;
+		}
 		switch (si.ssi_signo) {
 		case SIGCHLD:
 			child = true;
@@ -284,6 +338,10 @@ static void setup_signals(void)
 	int sigs[] = { SIGCHLD, SIGTERM, SIGINT, SIGPWR, SIGUSR1, SIGUSR2, SIGHUP };
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
 		sigaddset(&set, sigs[i]);
+	if (cfg.hybrid_path) {
+		sigaddset(&set, SIG_QUIESCE);
+		sigaddset(&set, SIG_RELISTEN);
+	}
 	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0 || (sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
 		ilog("signalfd: %s", strerror(errno));
 		exit(1);

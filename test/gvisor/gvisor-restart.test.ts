@@ -1,7 +1,7 @@
 // A control-plane restart with gVisor sandboxes running: runsc detaches them,
 // so they live on; the next start re-adopts them (the same hybrid-vsock
-// socket, runsc state under each sandbox's directory), a paused one stays
-// paused and resumes, and one killed while the server was down is marked
+// socket, runsc state under each sandbox's directory), one paused to disk
+// stays paused and is restored from its checkpoint, and one killed while the server was down is marked
 // dead with nothing of it left behind.
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -33,7 +33,8 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
       const sentry = (id: string) => cp.store.getSandbox(id)!.runtimeData as unknown as PersistedGvisorInstance;
       const doomedSentry = sentry(doomed!.sandboxId);
       restore();
-      for (const s of [running!, paused!]) expect(isRunning(sentry(s.sandboxId).pid, sentry(s.sandboxId).startTime)).toBe(true);
+      expect(isRunning(sentry(running!.sandboxId).pid, sentry(running!.sandboxId).startTime)).toBe(true);
+      expect(sentry(paused!.sandboxId).checkpointed).toBe(true); // paused to disk: no sentry, a checkpoint image
       // Stop the server (not its sandboxes), kill one sandbox's sentry while it is down, start again.
       await cp.stopKeepingSandboxes();
       process.kill(doomedSentry.pid, "SIGKILL");

@@ -2,12 +2,15 @@
 // plane: the same E2B JS SDK suite as every runtime (commands, PTY, files,
 // watch; test/helpers/sdk-envd-suite.ts), then what gvisor itself promises:
 // envd over the hybrid-vsock socket in the sandbox's host directory, a
-// user-space kernel, in-memory pause/resume with a stream held open, user
-// ports through the forwarder, stats from the host cgroup.
+// user-space kernel, pause to disk (runsc checkpoint) and restore with its
+// processes going on, user ports through the forwarder, stats from the host
+// cgroup.
+import { readdirSync } from "node:fs";
 import http from "node:http";
 import { Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
 import type { PersistedGvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { dialHybridVsock } from "../../control-plane/transport/hybrid-vsock.js";
 import { startTestControlPlane } from "../helpers/control-plane.js";
 import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
@@ -65,27 +68,39 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
       expect(m?.diskTotal).toBeGreaterThan(0);
     });
 
-    it("pauses in memory and resumes: processes, files and an open output stream survive", async () => {
+    it("pauses to disk: the sentry and its memory are gone, open streams end; the resume restores it and its processes go on", async () => {
       const sandbox = suite.sandbox!;
       await sandbox.files.write("/home/user/kept.txt", "kept across pause");
-      const out: string[] = [];
-      const ticker = await sandbox.commands.run("i=0; while true; do i=$((i+1)); echo $i; sleep 0.2; done", {
+      const ticker = await sandbox.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; echo $i; sleep 0.2; done", {
         background: true,
         timeoutMs: 0,
-        onStdout: (d) => void out.push(d),
       });
-      await waitFor(() => out.join("").split("\n").length > 3, "the ticker's first lines");
+      await waitFor(async () => Number((await sandbox.commands.run("cat /tmp/count")).stdout) > 3, "the ticker's first lines");
+      const before = persisted();
+      expect(isRunning(before.pid, before.startTime)).toBe(true);
+      const stream = ticker.wait().then(
+        () => "ended",
+        (err: Error) => `failed: ${err.message}`,
+      );
+
       expect(await sandbox.pause()).toBe(true);
       expect((await Sandbox.getInfo(sandbox.sandboxId)).state).toBe("paused");
-      const before = out.join("");
-      await new Promise((r) => setTimeout(r, 1_500));
-      expect(out.join("")).toBe(before);
+      const paused = persisted();
+      expect(paused.checkpointed).toBe(true);
+      expect(isRunning(before.pid, before.startTime)).toBe(false); // the sentry, and the memory it held, are gone
+      expect(readdirSync(`${suite.cp!.dataDir}/sandboxes/${sandbox.sandboxId}/checkpoint`)).toContain("pages.img");
+      expect(await stream).toMatch(/^(ended|failed)/); // the output stream ended with the sentry (as on E2B)
 
       const again = await Sandbox.connect(sandbox.sandboxId);
       expect((await Sandbox.getInfo(sandbox.sandboxId)).state).toBe("running");
-      await waitFor(() => out.join("").length > before.length + 8, "ticker output after resume");
-      const numbers = out.join("").trim().split("\n").map(Number);
-      expect(numbers).toEqual(numbers.map((_, i) => i + 1));
+      const after = persisted();
+      expect(after.checkpointed).toBeUndefined();
+      expect(isRunning(after.pid, after.startTime)).toBe(true);
+      // The same process, restored: its counter goes on from where it was.
+      expect((await again.commands.list()).some((p) => p.pid === ticker.pid)).toBe(true);
+      const n = Number((await again.commands.run("cat /tmp/count")).stdout);
+      expect(n).toBeGreaterThan(3);
+      await waitFor(async () => Number((await again.commands.run("cat /tmp/count")).stdout) > n, "the counter to go on after the restore");
       expect(await again.files.read("/home/user/kept.txt")).toBe("kept across pause");
       expect(await again.commands.kill(ticker.pid)).toBe(true);
     });

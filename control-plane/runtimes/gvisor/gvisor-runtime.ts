@@ -1,4 +1,4 @@
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import type { Logger } from "pino";
 import type { InstanceSpec, Runtime } from "../runtime.js";
@@ -12,7 +12,8 @@ import { createNetns, deleteNetns, netnsName } from "../net/netns.js";
 import { attachVeth, isNetRecord, updateVethPolicy, vethUnsupported, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../net/policy.js";
 import { ociSpec } from "./bundle.js";
-import { effectivePolicy, GvisorInstance, type PersistedGvisorInstance } from "./instance.js";
+import { effectivePolicy, GvisorInstance, preferSentryOnOom, type PersistedGvisorInstance } from "./instance.js";
+import { tailLines } from "../../host/log-tail.js";
 import { gvisorLayout, mountRoot, removeSandboxDir } from "./rootfs.js";
 import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
 import { setting } from "../../settings.js";
@@ -131,7 +132,7 @@ export class GvisorRuntime implements Runtime {
         log: spec.log,
       });
     } catch (err) {
-      const tail = started ? logTail(layout.log) : "";
+      const tail = started ? tailLines(layout.log, 3).join(" | ") : "";
       if (started) await runsc.destroy();
       if (net) await releaseDevice(net.device, spec.sandboxId);
       if (netns) await deleteNetns(netns);
@@ -149,8 +150,10 @@ export class GvisorRuntime implements Runtime {
     const startTime = typeof p.startTime === "number" ? p.startTime : undefined;
     const net = isNetRecord(p.net) ? p.net : undefined;
     const netns = typeof p.netns === "string" && p.netns === netnsName(sandboxId) ? p.netns : undefined;
-    const state = runsc && isRunning(pid, startTime) ? await runsc.state() : undefined;
-    const ours = state !== undefined && state.pid === pid && (state.status === "running" || state.status === "paused");
+    // Paused to disk: no sentry runs; the sandbox is its checkpoint image.
+    const checkpointed = p.checkpointed === true && existsSync(layout.checkpoint);
+    const state = runsc && !checkpointed && isRunning(pid, startTime) ? await runsc.state() : undefined;
+    const ours = checkpointed || (state !== undefined && state.pid === pid && (state.status === "running" || state.status === "paused"));
     if (!ours || !runsc) {
       // Died while we were down (or runsc is gone): release what is left of it.
       if (runsc) await runsc.destroy();
@@ -169,45 +172,24 @@ export class GvisorRuntime implements Runtime {
       runsc,
       pid,
       startTime: startTime ?? procStat(pid)?.startTime ?? 0,
-      cgroup: openCgroup(p.cgroup, sandboxId),
+      cgroup: checkpointed ? undefined : openCgroup(p.cgroup, sandboxId),
       cpuCount: Number(p.cpuCount) || 1,
       memoryMB: Number(p.memoryMB) || 512,
       allowInternetAccess,
       netns,
       net,
       policy,
+      checkpointed,
       log,
     });
-    adopted.vsockReady(); // a sandbox started before its socket was moved out of reach: move it now
+    if (!checkpointed) adopted.vsockReady(); // a sandbox started before its socket was moved out of reach: move it now
     return adopted;
   }
 }
 
-/**
- * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and
- * on the host). Otherwise the kernel kills the biggest systrap stub, which may
- * be one thread group's address space of a multi-threaded process such as
- * envd's Node: runsc 20240729 then leaves it a zombie that never finishes
- * exiting, and the sandbox is wedged, alive but unreachable. Killing the
- * sentry ends the whole sandbox, reported as out of memory.
- */
-function preferSentryOnOom(pid: number, log: Logger): void {
-  try {
-    writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
-  } catch (err) {
-    log.warn({ err }, "cannot raise the sandbox's OOM score: an out-of-memory sandbox may hang instead of stopping");
-  }
-}
 
 function isPolicy(v: unknown): v is EgressPolicy {
   const p = v as Partial<EgressPolicy> | undefined;
   return Array.isArray(p?.allow) && Array.isArray(p.deny);
 }
 
-function logTail(file: string): string {
-  try {
-    return readFileSync(file, "utf8").trim().split("\n").slice(-3).join(" | ");
-  } catch {
-    return "";
-  }
-}

@@ -1,9 +1,12 @@
-import { lstatSync, readFileSync, renameSync, rmSync, statfsSync, type Stats } from "node:fs";
+import { existsSync, lstatSync, renameSync, rmSync, statfsSync, writeFileSync, type Stats } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
+import { CpuMeter } from "../../host/cpu-meter.js";
+import { tailLines, timedLines } from "../../host/log-tail.js";
 import type { Instance, InstanceStats } from "../runtime.js";
+import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
 import type { CgroupRecord, SandboxCgroup } from "../process/cgroups.js";
-import { isRunning } from "../process/procfs.js";
+import { isRunning, procStat } from "../process/procfs.js";
 import { releaseDevice } from "../net/nft.js";
 import { deleteNetns } from "../net/netns.js";
 import { updateVethPolicy, type NetRecord } from "../net/veth.js";
@@ -31,6 +34,8 @@ export interface PersistedGvisorInstance {
   net?: NetRecord;
   /** The egress policy the sandbox was given (undefined: none beyond allowInternetAccess). */
   policy?: EgressPolicy;
+  /** Paused to disk: no sentry runs, the sandbox is its checkpoint image (layout.checkpoint). */
+  checkpointed?: true;
 }
 
 export interface GvisorInstanceInit {
@@ -46,8 +51,16 @@ export interface GvisorInstanceInit {
   netns?: string;
   net?: NetRecord;
   policy?: EgressPolicy;
+  checkpointed?: boolean;
   log: Logger;
 }
+
+/** Signals the init (rootfs/init) takes in process mode: close the host listener and connections, and listen again. */
+const SIG_QUIESCE = "URG";
+const SIG_RELISTEN = "WINCH";
+/** How long the init may take to quiesce, and envd's socket to come back after a restore. */
+const QUIESCE_MS = 5_000;
+const RELISTEN_MS = 15_000;
 
 /** The rules on a sandbox's veth: its policy, else everything (internet access) or nothing. */
 export function effectivePolicy(policy: EgressPolicy | undefined, allowInternetAccess: boolean): EgressPolicy {
@@ -81,8 +94,17 @@ export class GvisorInstance implements Instance {
   readonly readyTimeoutMs = 60_000;
   private readonly deaths: DeathWatch;
   private killed = false;
+  /** A pause or resume is replacing the sentry. */
+  private busy = false;
+  /** A pause ends the sentry, and every connection to it: the pool drops them (and again after the resume). */
+  readonly pauseConnections = "drop";
   private policy: EgressPolicy | undefined;
-  private cpuSample: { ns: number; at: bigint };
+  private readonly cpu: CpuMeter;
+  private pid_: number;
+  private startTime: number;
+  private cgroup: SandboxCgroup | undefined;
+  /** Paused to disk (see pause()). */
+  private checkpointed: boolean;
   /** The cgroup's OOM-kill count at the last look. */
   private ooms: number;
 
@@ -90,13 +112,18 @@ export class GvisorInstance implements Instance {
     this.sandboxId = o.sandboxId;
     this.socketPath = o.layout.dialSocket;
     this.policy = o.policy;
+    this.pid_ = o.pid;
+    this.startTime = o.startTime;
+    this.cgroup = o.cgroup;
+    this.checkpointed = o.checkpointed ?? false;
     this.ooms = o.cgroup?.oomKills() ?? 0;
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
-      if (!isRunning(o.pid, o.startTime)) this.died("the sandbox exited");
+      if (this.checkpointed || this.busy) return; // no sentry while paused to disk, or while it changes
+      if (!isRunning(this.pid_, this.startTime)) this.died("the sandbox exited");
       // An OOM kill the sandbox lived through (one process's address space, not the sentry) is old news.
-      else this.ooms = o.cgroup?.oomKills() ?? this.ooms;
+      else this.ooms = this.cgroup?.oomKills() ?? this.ooms;
     });
-    this.cpuSample = { ns: o.cgroup?.cpuNs() ?? 0, at: process.hrtime.bigint() };
+    this.cpu = new CpuMeter(o.cpuCount, o.cgroup?.cpuNs() ?? 0);
   }
 
   /**
@@ -130,22 +157,23 @@ export class GvisorInstance implements Instance {
   get persisted(): Record<string, unknown> {
     const p: PersistedGvisorInstance = {
       v: 1,
-      pid: this.o.pid,
-      startTime: this.o.startTime,
-      cgroup: this.o.cgroup?.record ?? null,
+      pid: this.pid_,
+      startTime: this.startTime,
+      cgroup: this.cgroup?.record ?? null,
       cpuCount: this.o.cpuCount,
       memoryMB: this.o.memoryMB,
       allowInternetAccess: this.o.allowInternetAccess,
       ...(this.o.netns ? { netns: this.o.netns } : {}),
       ...(this.o.net ? { net: this.o.net } : {}),
       ...(this.policy ? { policy: this.policy } : {}),
+      ...(this.checkpointed ? { checkpointed: true as const } : {}),
     };
     return { ...p };
   }
 
   /** The sandbox's sentry process on the host. */
   get pid(): number {
-    return this.o.pid;
+    return this.pid_;
   }
 
   get layout(): GvisorLayout {
@@ -168,19 +196,103 @@ export class GvisorInstance implements Instance {
   private died(why: string): void {
     if (this.deaths.over || this.killed) return;
     // A memcg OOM may kill the sentry, and with it the whole sandbox (not one process in it).
-    const oom = (this.o.cgroup?.oomKills() ?? 0) > this.ooms;
+    const oom = (this.cgroup?.oomKills() ?? 0) > this.ooms;
     const reason = oom ? `the sandbox ran out of memory (${this.o.memoryMB} MiB) and was stopped` : why;
     this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox exited");
     this.deaths.report(reason);
     void this.release();
   }
 
+  /**
+   * Pause to disk: the init closes its host listener and every relayed
+   * connection (runsc cannot save a sandbox holding a host socket), runsc
+   * saves the sandbox's memory and state into layout.checkpoint (uncompressed)
+   * and leaves it running; only then is the sentry stopped, and its memory
+   * freed. A checkpoint that fails leaves the sandbox running, listening
+   * again, and says why. Open streams end; new calls work after the resume.
+   */
   async pause(): Promise<void> {
-    await this.o.runsc.pause();
+    if (this.checkpointed) return;
+    const { runsc, layout, log } = this.o;
+    const started = Date.now();
+    this.busy = true;
+    try {
+      rmSync(layout.checkpoint, { recursive: true, force: true });
+      try {
+        await this.quiesce();
+        await runsc.checkpoint(layout.checkpoint);
+      } catch (err) {
+        rmSync(layout.checkpoint, { recursive: true, force: true });
+        await this.relisten().catch((e: unknown) => log.error({ err: e }, "the sandbox does not listen again after a failed checkpoint"));
+        throw err;
+      }
+      this.checkpointed = true;
+      await runsc.destroy();
+      rmSync(layout.dialSocket, { force: true });
+      log.info({ ms: Date.now() - started }, "gVisor sandbox paused to disk");
+    } finally {
+      this.busy = false;
+    }
   }
 
+  /** A sandbox paused to disk is restored (same id, bundle, network); one paused in memory (runsc pause, older servers) goes on. */
   async resume(): Promise<void> {
-    await this.o.runsc.resume();
+    if (!this.checkpointed) {
+      await this.o.runsc.resume();
+      return;
+    }
+    const { runsc, layout, netns, sandboxId, log } = this.o;
+    const started = Date.now();
+    this.busy = true;
+    try {
+      rmSync(layout.socket, { force: true });
+      rmSync(layout.dialSocket, { force: true });
+      await runsc.destroy(); // what a pause cut short may have left
+      await runsc.restore({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log, imagePath: layout.checkpoint });
+      const state = await runsc.state();
+      if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after its restore (${state?.status ?? "unknown to runsc"})`);
+      this.pid_ = state.pid;
+      this.startTime = procStat(state.pid)?.startTime ?? 0;
+      this.cgroup = openCgroup(groupRecordOf(state.pid, sandboxId), sandboxId);
+      this.ooms = this.cgroup?.oomKills() ?? 0;
+      this.cpu.reset(this.cgroup?.cpuNs() ?? 0);
+      preferSentryOnOom(state.pid, log);
+      this.checkpointed = false;
+      await this.relisten();
+      rmSync(layout.checkpoint, { recursive: true, force: true });
+      log.info({ ms: Date.now() - started, pid: state.pid }, "gVisor sandbox restored");
+    } catch (err) {
+      if (!this.checkpointed) throw err;
+      await runsc.destroy(); // the image stays: the next resume tries again
+      throw err;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /** Asks the init to close its host listener and connections, and waits until it has (its ack file, and no listener). */
+  private async quiesce(): Promise<void> {
+    const ack = `${this.o.layout.socket}.quiesced`;
+    rmSync(ack, { force: true });
+    await this.o.runsc.signal(SIG_QUIESCE);
+    const deadline = Date.now() + QUIESCE_MS;
+    while (Date.now() < deadline) {
+      if (lstatOrUndefined(ack)?.isFile()) return;
+      await sleep(10);
+    }
+    throw new Error(`the sandbox's init did not close its host connections within ${QUIESCE_MS} ms (a template built before pause-to-disk support? rebuild it)`);
+  }
+
+  /** Asks the init to listen again (after a restore, or a failed checkpoint), and waits until its socket is where the control plane dials it. */
+  private async relisten(): Promise<void> {
+    rmSync(this.o.layout.dialSocket, { force: true }); // the closed listener's socket: the init makes a new one
+    await this.o.runsc.signal(SIG_RELISTEN);
+    const deadline = Date.now() + RELISTEN_MS;
+    while (Date.now() < deadline) {
+      if (this.vsockReady()) return;
+      await sleep(10);
+    }
+    throw new Error(`envd's socket did not come back within ${RELISTEN_MS} ms`);
   }
 
   async kill(): Promise<void> {
@@ -204,17 +316,14 @@ export class GvisorInstance implements Instance {
   }
 
   async alive(): Promise<boolean> {
-    return !this.killed && !this.deaths.dead && isRunning(this.o.pid, this.o.startTime);
+    if (this.killed || this.deaths.dead) return false;
+    return this.checkpointed ? existsSync(this.o.layout.checkpoint) : isRunning(this.pid_, this.startTime);
   }
 
   /** CPU and memory from the sandbox's host cgroup (gVisor's /proc/stat reads zeros inside); disk from its writable layer. */
   async stats(): Promise<InstanceStats> {
-    const cg = this.o.cgroup;
-    const now = process.hrtime.bigint();
-    const ns = cg?.cpuNs() ?? 0;
-    const wall = Number(now - this.cpuSample.at);
-    const cpuUsedPct = wall > 0 ? Math.min(100, Math.max(0, ((ns - this.cpuSample.ns) / (wall * this.o.cpuCount)) * 100)) : 0;
-    this.cpuSample = { ns, at: now };
+    const cg = this.checkpointed ? undefined : this.cgroup;
+    const cpuUsedPct = cg ? this.cpu.percent(cg.cpuNs() ?? 0) : 0;
     let diskUsedBytes = 0;
     let diskTotalBytes = 0;
     try {
@@ -236,7 +345,7 @@ export class GvisorInstance implements Instance {
 
   /** Host memory the sandbox is charged for (sentry, gofer, its processes' pages). */
   hostMemoryBytes(): number {
-    return this.o.cgroup?.memoryUsage() ?? 0;
+    return this.checkpointed ? 0 : (this.cgroup?.memoryUsage() ?? 0);
   }
 
   detach(): void {
@@ -247,27 +356,30 @@ export class GvisorInstance implements Instance {
     this.deaths.onExit(listener);
   }
 
-  private logLines(): string[] {
-    try {
-      return readFileSync(this.o.layout.log, "utf8").split("\n").filter(Boolean);
-    } catch {
-      return [];
-    }
-  }
-
   private logTail(n: number): string[] {
-    return this.logLines().slice(-n);
+    return tailLines(this.o.layout.log, n);
   }
 
+  /** The sandbox's console (init, envd) and runsc's errors, newest last (at most the log's last 8 MiB). */
   async logs(): Promise<{ timestamp: number; line: string }[]> {
-    return this.logLines().map((line) => {
-      let timestamp = Date.now();
-      try {
-        timestamp = (JSON.parse(line) as { time?: number }).time ?? timestamp;
-      } catch {
-        // not JSON (runsc's or the init's own words): keep the line as it is
-      }
-      return { timestamp, line };
-    });
+    return timedLines(tailLines(this.o.layout.log, 100_000, 8 * 1024 * 1024), Date.now());
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and
+ * on the host). Otherwise the kernel kills the biggest systrap stub, which may
+ * be one thread group's address space of a multi-threaded process such as
+ * envd's Node: runsc 20240729 then leaves it a zombie that never finishes
+ * exiting, and the sandbox is wedged, alive but unreachable. Killing the
+ * sentry ends the whole sandbox, reported as out of memory.
+ */
+export function preferSentryOnOom(pid: number, log: Logger): void {
+  try {
+    writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
+  } catch (err) {
+    log.warn({ err }, "cannot raise the sandbox's OOM score: an out-of-memory sandbox may hang instead of stopping");
   }
 }

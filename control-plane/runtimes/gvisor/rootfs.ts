@@ -5,7 +5,8 @@
 //   disk.ext4, disk/     its writable layer: an ext4 image of diskSizeMB on a loop device, so a
 //                        full disk is ENOSPC inside and the host's disk is untouched
 //   host/envd.sock       the hybrid-vsock socket locale2b-init creates (HOST_DIR inside)
-//   runsc/               runsc's state (--root); later its checkpoint images go beside it
+//   runsc/               runsc's state (--root)
+//   checkpoint/          while paused: the sandbox's checkpoint image (memory, kernel state)
 //   sandbox.log          runsc's errors and the sandbox's console (init, envd)
 import { execFile } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
@@ -33,6 +34,8 @@ export interface GvisorLayout {
    */
   dialSocket: string;
   runscRoot: string;
+  /** A pause's checkpoint image (runsc checkpoint --image-path): the sandbox's memory and state while it is paused. */
+  checkpoint: string;
   log: string;
 }
 
@@ -50,6 +53,7 @@ export function gvisorLayout(dir: string): GvisorLayout {
     socket: join(hostDir, SOCKET_NAME),
     dialSocket: join(dir, SOCKET_NAME),
     runscRoot: join(dir, "runsc"),
+    checkpoint: join(dir, "checkpoint"),
     log: join(dir, "sandbox.log"),
   };
 }

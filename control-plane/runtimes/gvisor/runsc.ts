@@ -89,7 +89,20 @@ export class Runsc {
    * answers yes (and refuses); upstream fixed it, hiding it is harmless there.
    */
   async run(o: RunOptions, timeoutMs = 120_000): Promise<void> {
-    const args = [...this.globals(), "--host-uds=all", `--network=${o.network}`, "--overlay2=none", "run", "-detach", "-bundle", o.bundle, this.id];
+    await this.detached("run", ["-bundle", o.bundle], o, timeoutMs);
+  }
+
+  /**
+   * `runsc restore -detach`: the sandbox again, from a checkpoint image, on
+   * the same bundle (its rootfs, network namespace and limits), under this id.
+   */
+  async restore(o: RunOptions & { imagePath: string }, timeoutMs = 120_000): Promise<void> {
+    await this.detached("restore", ["-bundle", o.bundle, `-image-path=${o.imagePath}`], o, timeoutMs);
+  }
+
+  /** `run` and `restore`: started detached with its output in the log file, waited for until the sandbox runs. */
+  private async detached(command: "run" | "restore", flags: string[], o: RunOptions, timeoutMs: number): Promise<void> {
+    const args = [...this.globals(), "--host-uds=all", `--network=${o.network}`, "--overlay2=none", command, "-detach", ...flags, this.id];
     const [file, argv] =
       o.network === "sandbox"
         ? [findExecutable("unshare") ?? "unshare", ["--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o ro,size=4k none /proc/sys/net && exec "$0" "$@"', this.bin, ...args]]
@@ -111,10 +124,24 @@ export class Runsc {
           resolve(c ?? `killed by ${sig}`);
         });
       });
-      if (code !== 0) throw new Error(`runsc run failed (${typeof code === "number" ? `exit ${code}` : code})`);
+      if (code !== 0) throw new Error(`runsc ${command} failed (${typeof code === "number" ? `exit ${code}` : code})`);
     } finally {
       closeSync(fd);
     }
+  }
+
+  /**
+   * Saves the sandbox's state (memory, kernel state) into `imagePath`,
+   * uncompressed; it goes on running (`-leave-running`): the caller stops it
+   * once the image is saved, so a failed checkpoint never loses a sandbox.
+   */
+  checkpoint(imagePath: string): Promise<string> {
+    return this.cmd(["checkpoint", "-compression=none", `-image-path=${imagePath}`, "-leave-running", this.id], 600_000);
+  }
+
+  /** A signal (a name such as URG: runsc sends 1-31 only) to the sandbox's init, PID 1 inside. */
+  signal(name: string): Promise<string> {
+    return this.cmd(["kill", this.id, name], 30_000);
   }
 
   /** The sandbox's status and host pid, or undefined when runsc knows no such sandbox. */
