@@ -66,12 +66,16 @@ export function checkCapacity(store: Store, limits: ManagerLimits, memoryMB: num
   }
 }
 
-/** Pushes env vars, token, default user/workdir and the time to envd (after start and resume). */
-export async function pushInit(envd: EnvdClient, rec: SandboxRecord, inst: Instance): Promise<void> {
+/**
+ * Pushes env vars, token, default user/workdir and the time to envd (after
+ * start and resume). `currentToken`: the token envd holds now, when it is not
+ * this sandbox's (a memory snapshot's envd holds its source sandbox's).
+ */
+export async function pushInit(envd: EnvdClient, rec: SandboxRecord, inst: Instance, currentToken = rec.envdAccessToken): Promise<void> {
   const res = await envd.request(rec.id, inst.socketPath, {
     method: "POST",
     path: "/init",
-    headers: { "x-access-token": rec.envdAccessToken },
+    headers: { "x-access-token": currentToken },
     body: {
       envVars: rec.envVars,
       accessToken: rec.envdAccessToken,

@@ -7,7 +7,7 @@ import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
 import { removeLeftovers } from "./leftovers.js";
 import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
-import { newSandboxId } from "./ids.js";
+import { deriveToken, newSandboxId } from "./ids.js";
 import { SnapshotUnusableError } from "../runtimes/errors.js";
 import type { EgressRules } from "../runtimes/net/policy.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
@@ -202,7 +202,8 @@ export class SandboxManager {
         inst = await (input.fromSnapshot ? runtime.createFromSnapshot!(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
-        await pushInit(this.o.envd, rec, inst);
+        const from = input.fromSnapshot;
+        await pushInit(this.o.envd, rec, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
         await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
@@ -413,6 +414,11 @@ export class SandboxManager {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
     }
     return { sandbox: rec, socketPath: this.instance(rec).socketPath };
+  }
+
+  /** Its pooled connections are dead (a memory snapshot closed them): drop them. */
+  dropConnections(id: string): void {
+    this.o.pool.drop(id);
   }
 
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */

@@ -38,6 +38,11 @@ export interface SnapshotSource {
   dir: string;
   /** The runtime that took it (only that runtime can start from it). */
   runtime: string;
+  /**
+   * The sandbox it was taken from. A memory snapshot's envd still holds that
+   * sandbox's access token until the new sandbox's /init replaces it.
+   */
+  sandboxId?: string;
 }
 
 export interface InstanceStats {

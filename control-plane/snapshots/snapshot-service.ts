@@ -93,7 +93,10 @@ export class SnapshotService {
       const t0 = Date.now();
       mkdirSync(tmp, { recursive: true, mode: 0o700 });
       try {
-        await inst.snapshot!(tmp, { kind, paused: rec.state === "paused" });
+        await inst.snapshot!(tmp, { kind, paused: rec.state === "paused" }).finally(() => {
+          // A memory snapshot closes the sandbox's connections (gvisor's checkpoint): pooled ones are dead.
+          if (kind === "memory") this.o.manager.dropConnections(sandboxId);
+        });
         renameSync(tmp, this.dir(build));
       } catch (err) {
         rmSync(tmp, { recursive: true, force: true });
@@ -176,8 +179,8 @@ export class SnapshotService {
     }
   }
 
-  private source(build: string, kind: SnapshotKind, runtime: string): SnapshotSource {
-    return { kind, runtime, dir: this.dir(build) };
+  private source(build: string, kind: SnapshotKind, runtime: string, sandboxId: string): SnapshotSource {
+    return { kind, runtime, dir: this.dir(build), sandboxId };
   }
 
   /** POST /sandboxes with a snapshot's id or name as templateID: a new sandbox on its files. */
@@ -192,7 +195,7 @@ export class SnapshotService {
         memoryMB: input.memoryMB ?? snap.memoryMB,
         templateId: snap.templateId,
         diskSizeMB: snap.diskSizeMB,
-        fromSnapshot: this.source(snap.build, snap.kind, snap.runtime),
+        fromSnapshot: this.source(snap.build, snap.kind, snap.runtime, snap.sandboxId),
       }),
     );
   }
@@ -209,7 +212,7 @@ export class SnapshotService {
         Promise.all(
           Array.from({ length: opts.count }, () =>
             this.o.manager
-              .create(forkInput(rec, opts.timeout, this.source(build, kind, rec.runtime)))
+              .create(forkInput(rec, opts.timeout, this.source(build, kind, rec.runtime, rec.id)))
               .then((sandbox): ForkOutcome => ({ sandbox }))
               .catch((error: Error): ForkOutcome => {
                 this.o.log.warn({ err: error, sandboxId }, "a fork failed to start");

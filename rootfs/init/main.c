@@ -245,6 +245,8 @@ static void relisten(void)
 	const char *ack = ack_path();
 	if (ack)
 		unlink(ack);
+	/* Listen anew even if a listener is open: its socket may be gone (the host asks again until it can connect). */
+	listener_close();
 	if (bridge_listen() < 0)
 		ilog("cannot listen again after a checkpoint");
 	else

@@ -1,8 +1,8 @@
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import type { Logger } from "pino";
-import type { InstanceSpec, Runtime } from "../runtime.js";
-import { RuntimeUnavailableError } from "../errors.js";
+import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
+import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
 import { findTemplateImage, imagesDir } from "../../images/layout.js";
 import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
 import { isRunning, procStat } from "../process/procfs.js";
@@ -14,7 +14,7 @@ import type { EgressPolicy } from "../net/policy.js";
 import { ociSpec } from "./bundle.js";
 import { effectivePolicy, GvisorInstance, preferSentryOnOom, type PersistedGvisorInstance } from "./instance.js";
 import { tailLines } from "../../host/log-tail.js";
-import { gvisorLayout, mountRoot, removeSandboxDir } from "./rootfs.js";
+import { gvisorLayout, mountRoot, quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk } from "./rootfs.js";
 import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
 import { setting } from "../../settings.js";
 
@@ -74,7 +74,20 @@ export class GvisorRuntime implements Runtime {
     return this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL") ?? "info";
   }
 
-  async create(spec: InstanceSpec): Promise<GvisorInstance> {
+  /**
+   * A sandbox on a snapshot's copy: `filesystem`, a fresh start on its disk;
+   * `memory`, runsc restore of its checkpoint image on its disk, so its
+   * processes go on (the new sandbox's own id, hostname, network, token).
+   */
+  async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<GvisorInstance> {
+    const disk = snapshotDisk(from.dir);
+    if (!existsSync(disk)) throw new SnapshotUnusableError(`the snapshot's disk image is missing (${disk})`);
+    const checkpoint = from.kind === "memory" ? snapshotCheckpoint(from.dir) : undefined;
+    if (checkpoint && !existsSync(checkpoint)) throw new SnapshotUnusableError(`the snapshot's checkpoint image is missing (${checkpoint})`);
+    return this.create(spec, { disk, checkpoint });
+  }
+
+  async create(spec: InstanceSpec, from?: { disk: string; checkpoint?: string }): Promise<GvisorInstance> {
     const bin = this.runscBin();
     const image = findTemplateImage(spec.templateId, this.images());
     if (!image) throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
@@ -89,7 +102,7 @@ export class GvisorRuntime implements Runtime {
     let net: NetRecord | undefined;
     let started = false;
     try {
-      await mountRoot(layout, image.rootfsDir, spec.diskSizeMB, { hostname: spec.sandboxId, dns: netns ? nameServers() : [] });
+      await mountRoot(layout, image.rootfsDir, spec.diskSizeMB, { hostname: spec.sandboxId, dns: netns ? nameServers() : [] }, from?.disk);
       if (netns) {
         await createNetns(netns);
         net = await attachVeth(spec.sandboxId, { name: netns }, effectivePolicy(spec.egress, spec.allowInternetAccess), spec.log);
@@ -109,14 +122,19 @@ export class GvisorRuntime implements Runtime {
       rmSync(layout.socket, { force: true });
       rmSync(layout.dialSocket, { force: true });
       started = true;
-      await runsc.run({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log });
+      // A checkpoint is taken with the init's ack file in the shared host directory; the restored
+      // sandbox's kernel remembers it, and finding it missing breaks that mount (EIO): put it back.
+      if (from?.checkpoint) writeFileSync(quiescedAck(layout), "", { flag: "wx" });
+      const how = { bundle: layout.bundle, network: netns ? ("sandbox" as const) : ("none" as const), logFile: layout.log };
+      if (from?.checkpoint) await runsc.restore({ ...how, imagePath: from.checkpoint });
+      else await runsc.run(how);
       const state = await runsc.state();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
       preferSentryOnOom(state.pid, spec.log);
       const cgroup = openCgroup(groupRecordOf(state.pid, spec.sandboxId), spec.sandboxId);
       if (!cgroup) spec.log.warn("cannot find the sandbox's cgroup: stats and out-of-memory reports are missing");
       spec.log.debug({ pid: state.pid, netns, device: net?.device }, "gVisor sandbox started");
-      return new GvisorInstance({
+      const inst = new GvisorInstance({
         sandboxId: spec.sandboxId,
         layout,
         runsc,
@@ -131,6 +149,13 @@ export class GvisorRuntime implements Runtime {
         policy: spec.egress,
         log: spec.log,
       });
+      if (from?.checkpoint) {
+        await inst.restoredAs(spec.sandboxId).catch((err: unknown) => {
+          inst.detach();
+          throw err;
+        });
+      }
+      return inst;
     } catch (err) {
       const tail = started ? tailLines(layout.log, 3).join(" | ") : "";
       if (started) await runsc.destroy();

@@ -1,9 +1,13 @@
 import { existsSync, lstatSync, renameSync, rmSync, statfsSync, writeFileSync, type Stats } from "node:fs";
+import { execFile } from "node:child_process";
+import net from "node:net";
+import { promisify } from "node:util";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { tailLines, timedLines } from "../../host/log-tail.js";
-import type { Instance, InstanceStats } from "../runtime.js";
+import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
+import { copyImage } from "../process/disk-snapshot.js";
 import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
 import type { CgroupRecord, SandboxCgroup } from "../process/cgroups.js";
 import { isRunning, procStat } from "../process/procfs.js";
@@ -12,7 +16,7 @@ import { deleteNetns } from "../net/netns.js";
 import { updateVethPolicy, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../net/policy.js";
 import { GUEST } from "../../images/layout.js";
-import { removeSandboxDir, type GvisorLayout } from "./rootfs.js";
+import { quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk, type GvisorLayout } from "./rootfs.js";
 import type { Runsc } from "./runsc.js";
 
 /** How often the sandbox's sentry process is checked for life. */
@@ -270,9 +274,54 @@ export class GvisorInstance implements Instance {
     }
   }
 
+  /** What this sandbox can be snapshotted as: its disk alone, or with its memory (processes go on). */
+  snapshotKinds(): SnapshotKind[] {
+    return ["memory", "filesystem"];
+  }
+
+  /**
+   * A snapshot into `dest`: the disk image (disk.ext4) and, for `memory`, a
+   * checkpoint image. Both are of one instant: the sandbox is frozen (runsc
+   * pause) from before the checkpoint until the disk is copied, then runs on.
+   * Its open connections end (the checkpoint needs the init's host listener
+   * closed); new ones work. Paused to disk, the pause's own image is copied.
+   */
+  async snapshot(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void> {
+    const { runsc, layout } = this.o;
+    if (this.checkpointed) {
+      await copyImage(layout.disk, snapshotDisk(dest));
+      if (opts.kind === "memory") await copyDir(layout.checkpoint, snapshotCheckpoint(dest));
+      return;
+    }
+    this.busy = true;
+    let frozen = false;
+    try {
+      if (opts.kind === "memory") await this.quiesce();
+      await runsc.pause();
+      frozen = true;
+      if (opts.kind === "memory") await runsc.checkpoint(snapshotCheckpoint(dest));
+      await syncFs(layout.diskMount);
+      await copyImage(layout.disk, snapshotDisk(dest));
+    } finally {
+      if (frozen) await runsc.resume().catch((err: unknown) => this.o.log.error({ err }, "the sandbox does not run again after a snapshot"));
+      if (opts.kind === "memory") await this.relisten().catch((err: unknown) => this.o.log.error({ err }, "the sandbox does not listen again after a snapshot"));
+      this.busy = false;
+    }
+  }
+
+  /** A sandbox restored from another's memory snapshot: listen again, and take its own name. */
+  async restoredAs(hostname: string): Promise<void> {
+    await this.relisten();
+    // sethostname needs CAP_SYS_ADMIN, which the sandbox's processes lack: this one command gets it,
+    // in gVisor's kernel only (the sandbox's own UTS namespace; the host is not involved).
+    await this.o.runsc
+      .cmd(["exec", "-user", "0:0", "-cap", "CAP_SYS_ADMIN", this.o.sandboxId, "/bin/hostname", hostname])
+      .catch((err: unknown) => this.o.log.warn({ err }, "cannot set the restored sandbox's hostname"));
+  }
+
   /** Asks the init to close its host listener and connections, and waits until it has (its ack file, and no listener). */
   private async quiesce(): Promise<void> {
-    const ack = `${this.o.layout.socket}.quiesced`;
+    const ack = quiescedAck(this.o.layout);
     rmSync(ack, { force: true });
     await this.o.runsc.signal(SIG_QUIESCE);
     const deadline = Date.now() + QUIESCE_MS;
@@ -285,12 +334,20 @@ export class GvisorInstance implements Instance {
 
   /** Asks the init to listen again (after a restore, or a failed checkpoint), and waits until its socket is where the control plane dials it. */
   private async relisten(): Promise<void> {
-    rmSync(this.o.layout.dialSocket, { force: true }); // the closed listener's socket: the init makes a new one
-    await this.o.runsc.signal(SIG_RELISTEN);
     const deadline = Date.now() + RELISTEN_MS;
+    let asked = 0;
     while (Date.now() < deadline) {
-      if (this.vsockReady()) return;
-      await sleep(10);
+      // Asked again every 2 s: a restored sandbox's mounts may not be back at the first ask.
+      if (Date.now() - asked > 2_000) {
+        rmSync(this.o.layout.dialSocket, { force: true }); // the closed listener's socket: the init makes a new one
+        await this.o.runsc.signal(SIG_RELISTEN);
+        asked = Date.now();
+      }
+      if (this.vsockReady()) {
+        if (await accepts(this.o.layout.dialSocket)) return;
+        rmSync(this.o.layout.dialSocket, { force: true }); // a socket nobody listens on: wait for the next one
+      }
+      await sleep(20);
     }
     throw new Error(`envd's socket did not come back within ${RELISTEN_MS} ms`);
   }
@@ -367,6 +424,29 @@ export class GvisorInstance implements Instance {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Something listens on the Unix socket at `path` (the connection is closed at once, before any handshake). */
+function accepts(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect(path);
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
+const run = promisify(execFile);
+
+/** Flushes the sandbox's disk (its ext4 image, mounted here) to the image file. */
+async function syncFs(mount: string): Promise<void> {
+  await run("sync", ["-f", mount]);
+}
+
+/** A checkpoint image directory, copied (sparse where it can). */
+async function copyDir(from: string, to: string): Promise<void> {
+  await run("cp", ["-r", "--reflink=auto", "--sparse=always", "--", from, to]);
+}
 
 /**
  * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and

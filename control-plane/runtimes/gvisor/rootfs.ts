@@ -13,6 +13,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { findExecutable } from "../../host/executables.js";
+import { copyImage } from "../process/disk-snapshot.js";
 import { createDisk } from "../process/sandbox-root.js";
 import { SOCKET_NAME } from "./bundle.js";
 
@@ -38,6 +39,13 @@ export interface GvisorLayout {
   checkpoint: string;
   log: string;
 }
+
+/** A snapshot directory: the disk image as of the snapshot, and (memory snapshots) the checkpoint image. */
+export const snapshotDisk = (dir: string): string => join(dir, "disk.ext4");
+export const snapshotCheckpoint = (dir: string): string => join(dir, "checkpoint");
+
+/** The file the init writes beside its socket once it has closed its host listener and connections (before a checkpoint). */
+export const quiescedAck = (l: GvisorLayout): string => `${l.socket}.quiesced`;
 
 export function gvisorLayout(dir: string): GvisorLayout {
   const bundle = join(dir, "bundle");
@@ -81,13 +89,21 @@ async function mounted(path: string): Promise<boolean> {
  * template's rootfs with it, plus the sandbox's own /etc/hostname, hosts and
  * resolv.conf. On failure what was mounted is unmounted again.
  */
-export async function mountRoot(l: GvisorLayout, templateRootfs: string, diskSizeMB: number, etc: { hostname: string; dns: string[] }): Promise<void> {
+export async function mountRoot(
+  l: GvisorLayout,
+  templateRootfs: string,
+  diskSizeMB: number,
+  etc: { hostname: string; dns: string[] },
+  /** A snapshot's disk image to start on (copied), instead of a fresh one. */
+  fromDisk?: string,
+): Promise<void> {
   for (const d of [l.bundle, l.rootfs, l.diskMount, l.hostDir, l.runscRoot]) mkdirSync(d, { recursive: true, mode: 0o700 });
-  await createDisk(l.disk, diskSizeMB);
+  if (fromDisk) await copyImage(fromDisk, l.disk);
+  else await createDisk(l.disk, diskSizeMB);
   try {
     await sh("mount", ["-o", "loop,discard,nosuid,nodev", l.disk, l.diskMount]);
-    mkdirSync(join(l.diskMount, "upper"), { mode: 0o755 });
-    mkdirSync(join(l.diskMount, "work"), { mode: 0o700 });
+    mkdirSync(join(l.diskMount, "upper"), { recursive: true, mode: 0o755 });
+    mkdirSync(join(l.diskMount, "work"), { recursive: true, mode: 0o700 });
     await sh("mount", ["-t", "overlay", "overlay", "-o", `lowerdir=${templateRootfs},upperdir=${l.diskMount}/upper,workdir=${l.diskMount}/work`, l.rootfs]);
     const etcDir = join(l.rootfs, "etc");
     const put = (name: string, text: string) => {
