@@ -214,9 +214,13 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
       const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
       runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
     }
-    // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built.
+    // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built,
+    // and the pause (to disk on gvisor) with processes that go on after the resume.
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasRunsc() && process.getuid?.() === 0 && failures.every((f) => !/template build/.test(f))) {
-      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      const files = [
+        ...["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`),
+        "test/python/test_sandbox.py::test_pause_and_connect_resumes_with_files_and_processes",
+      ];
       runPytest(python, "test/python[gvisor]", files, { LOCALE2B_RUNTIME: "gvisor", LOCALE2B_WARM_POOL: "1" });
     }
   }
