@@ -1,4 +1,6 @@
 import type { Client } from "@connectrpc/connect";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
 import type { Process } from "../gen/ts/process/process_pb.js";
 import { findExecutable } from "../control-plane/host/executables.js";
 import { request, startControlPlaneChild, type ControlPlaneChild, type SandboxHandle } from "./lib/control-plane.js";
@@ -13,8 +15,9 @@ import { READY_CMD, startAndWatch } from "./sandboxes/create.js";
  * `npm run bench -- runtimes`: the gvisor runtime beside the process runtime
  * (the default), each on its own `locale2b serve` (no warm pool) in the same
  * run: create -> first output, exec round trip and a 64 MiB stdout stream
- * through the proxy, an idle sandbox's memory (PSS of its processes), and an
- * in-memory pause -> resume -> first output. gvisor is skipped, and says
+ * through the proxy, an idle sandbox's memory (PSS of its processes), pause
+ * (in memory on process, to disk on gvisor) per GiB of sandbox memory and
+ * resume -> first output, fork of 1 and of 5, a snapshot's size on disk. gvisor is skipped, and says
  * why, where runsc is not installed.
  */
 
@@ -45,6 +48,37 @@ interface Row {
   pssMiB: number;
   pauseMs: number;
   resumeFirst: number;
+  /** The sandbox's memory (PSS of its processes) when it was paused, with FILL_MIB of data in it. */
+  pausedMiB: number;
+  fork1: number;
+  fork5: number;
+  /** A snapshot's files on disk (memory snapshot where the runtime takes one). */
+  snapshotMiB: number;
+}
+
+/** Data the pause and snapshot rows carry in the sandbox's memory (random bytes a process holds). */
+const FILL_MIB = 256;
+
+function duBytes(dir: string): number {
+  const out = execFileSync("du", ["-s", "-B1", dir], { encoding: "utf8" }); // blocks used: sparse images count what they hold
+  return Number(out.split(/\s/)[0]);
+}
+
+async function api(cp: ControlPlaneChild, method: string, path: string, body: unknown, ok: number[]): Promise<string> {
+  const r = await request(`${cp.url}${path}`, method, { "X-API-Key": cp.apiKey }, body);
+  if (!ok.includes(r.status)) throw new Error(`${method} ${path} answered ${r.status}: ${r.body.slice(0, 200)}`);
+  return r.body;
+}
+
+/** ms until a fork of `count` answered (every fork started and its envd answered). */
+async function forkMs(cp: ControlPlaneChild, id: string, count: number): Promise<number> {
+  const t0 = performance.now();
+  const body = JSON.parse(await api(cp, "POST", `/sandboxes/${id}/fork`, { count, timeout: 300 }, [201])) as { sandbox?: { sandboxID: string } }[];
+  const ms = performance.now() - t0;
+  const ids = body.map((f) => f.sandbox?.sandboxID).filter((x): x is string => !!x);
+  if (ids.length !== count) throw new Error(`fork of ${count}: ${ids.length} started`);
+  for (const f of ids) await cp.deleteSandbox(f);
+  return ms;
 }
 
 async function measure(cp: ControlPlaneChild, n: number): Promise<Row> {
@@ -68,6 +102,12 @@ async function measure(cp: ControlPlaneChild, n: number): Promise<Row> {
   const pss = sumMemory(sandboxPids(sb.id, sb.dir, processTable()).pids).pss;
   const streams: number[] = [];
   for (let i = 0; i < 3; i++) streams.push(await streamMiBs(client, 64 * MiB));
+  // Memory worth saving: a process holding FILL_MIB of random bytes, running on.
+  const hold = `import os, time; b = os.urandom(${FILL_MIB} << 20); open("/tmp/filled", "w").close(); time.sleep(3600)`;
+  const fill = `setsid nohup python3 -c '${hold}' </dev/null >/dev/null 2>&1 & for i in $(seq 300); do [ -e /tmp/filled ] && break; sleep 0.1; done; echo filled`;
+  const filled = await startAndWatch(client, { ...READY_CMD, args: ["-c", fill] });
+  if (filled.exitCode !== 0) throw new Error(`filling the sandbox's memory exited ${filled.exitCode}`);
+  const pausedMiB = sumMemory(sandboxPids(sb.id, sb.dir, processTable()).pids).pss / MiB;
   const pauses: number[] = [];
   const resumes: number[] = [];
   for (let i = 0; i < 3; i++) {
@@ -80,8 +120,24 @@ async function measure(cp: ControlPlaneChild, n: number): Promise<Row> {
     if (c.status !== 201 && c.status !== 200) throw new Error(`connect answered ${c.status}: ${c.body.slice(0, 200)}`);
     resumes.push(await firstOutput(proxyClient(cp, sb), t0));
   }
+  const fork1 = median([await forkMs(cp, sb.id, 1), await forkMs(cp, sb.id, 1), await forkMs(cp, sb.id, 1)]);
+  const fork5 = await forkMs(cp, sb.id, 5);
+  const snap = JSON.parse(await api(cp, "POST", `/sandboxes/${sb.id}/snapshots`, {}, [201])) as { snapshotID: string };
+  const snapshotMiB = duBytes(join(cp.dataDir, "snapshots")) / MiB;
+  await api(cp, "DELETE", `/templates/${encodeURIComponent(snap.snapshotID)}`, undefined, [204]);
   await cp.deleteSandbox(sb.id);
-  return { createFirst: median(creates), exec: median(execs), stream: median(streams), pssMiB: pss / MiB, pauseMs: median(pauses), resumeFirst: median(resumes) };
+  return {
+    createFirst: median(creates),
+    exec: median(execs),
+    stream: median(streams),
+    pssMiB: pss / MiB,
+    pauseMs: median(pauses),
+    resumeFirst: median(resumes),
+    pausedMiB,
+    fork1,
+    fork5,
+    snapshotMiB,
+  };
 }
 
 export async function benchRuntimes(): Promise<GoalResult[]> {
@@ -110,9 +166,16 @@ export async function benchRuntimes(): Promise<GoalResult[]> {
       line("exec round trip (/bin/true, Connect binary, via proxy)", (r) => r.exec, fmtMs),
       line("stdout stream, 64 MiB (Connect binary, via proxy)", (r) => r.stream, mibs),
       line("idle sandbox memory (PSS of its processes, after a few execs)", (r) => r.pssMiB, mib),
-      line("pause (in memory)", (r) => r.pauseMs, fmtMs),
+      line(`sandbox memory at pause (${FILL_MIB} MiB of data in it)`, (r) => r.pausedMiB, mib),
+      line("pause (process: in memory; gvisor: to disk, memory freed)", (r) => r.pauseMs, fmtMs),
+      line("pause per GiB of sandbox memory", (r) => r.pauseMs / (r.pausedMiB / 1024), fmtMs),
       line("connect (resume) -> first output", (r) => r.resumeFirst, fmtMs),
+      line("fork of 1 (process: files only; gvisor: memory, processes go on)", (r) => r.fork1, fmtMs),
+      line("fork of 5", (r) => r.fork5, fmtMs),
+      line("snapshot on disk (process: files; gvisor: memory + files)", (r) => r.snapshotMiB, mib),
+      line("snapshot on disk per GiB of sandbox memory", (r) => r.snapshotMiB / (r.pausedMiB / 1024), mib),
     ],
   );
+  console.log("E2B publishes about 4 s per GiB to pause and about 1 s to resume (Firecracker snapshots).");
   return g ? [{ benchmark: "runtimes", metric: "gvisor create -> first output (cold)", value: fmtMs(g.createFirst), goal: "-", ok: true }] : [];
 }
