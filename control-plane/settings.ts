@@ -45,6 +45,7 @@ export const SETTINGS = {
   LOCALE2B_ID_BASE: { what: "process runtime: first host uid/gid of sandbox user namespaces", default: "the locale2b entry of /etc/subuid and /etc/subgid, else a free range", reader: "process" },
   LOCALE2B_PROCESS_HOST_RW: { what: "1: process runtime without a template rootfs keeps the host's folders writable (tests only)", default: "read-only", reader: "process" },
   LOCALE2B_RUNSC: { what: "gvisor: the runsc binary", default: "runsc on PATH or /usr/local/bin", reader: "gvisor" },
+  LOCALE2B_GVISOR_WARM_START: { what: "0: gvisor creates always boot (no restore from a template's warm-start checkpoint)", default: "restore when the image is built", reader: "gvisor" },
   LOCALE2B_RUNSC_PLATFORM: { what: "gvisor: runsc --platform (systrap, ptrace, kvm)", default: "runsc's default (systrap)", reader: "gvisor" },
   LOCALE2B_QEMU: { what: "qemu: qemu-system-x86_64", default: "on PATH", reader: "qemu" },
   LOCALE2B_QEMU_IMG: { what: "qemu: qemu-img", default: "on PATH", reader: "qemu" },

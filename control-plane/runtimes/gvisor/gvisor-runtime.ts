@@ -1,5 +1,6 @@
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
+import { basename, dirname } from "node:path";
 import type { Logger } from "pino";
 import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
 import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
@@ -14,6 +15,7 @@ import type { EgressPolicy } from "../net/policy.js";
 import { ociSpec } from "./bundle.js";
 import { effectivePolicy, GvisorInstance, preferSentryOnOom, type PersistedGvisorInstance } from "./instance.js";
 import { tailLines } from "../../host/log-tail.js";
+import { WarmImages, warmKey } from "./warm-image.js";
 import { gvisorLayout, mountRoot, quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk } from "./rootfs.js";
 import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
 import { setting } from "../../settings.js";
@@ -41,7 +43,11 @@ export class GvisorRuntime implements Runtime {
   readonly name = "gvisor";
   private bin: string | undefined;
 
-  constructor(private readonly opts: GvisorRuntimeOptions = {}) {}
+  private readonly warm: WarmImages;
+
+  constructor(private readonly opts: GvisorRuntimeOptions = {}) {
+    this.warm = new WarmImages((spec) => this.start(spec));
+  }
 
   private runscBin(): string {
     this.bin ??= findRunsc();
@@ -84,10 +90,34 @@ export class GvisorRuntime implements Runtime {
     if (!existsSync(disk)) throw new SnapshotUnusableError(`the snapshot's disk image is missing (${disk})`);
     const checkpoint = from.kind === "memory" ? snapshotCheckpoint(from.dir) : undefined;
     if (checkpoint && !existsSync(checkpoint)) throw new SnapshotUnusableError(`the snapshot's checkpoint image is missing (${checkpoint})`);
-    return this.create(spec, { disk, checkpoint });
+    return this.start(spec, { disk, checkpoint });
   }
 
-  async create(spec: InstanceSpec, from?: { disk: string; checkpoint?: string }): Promise<GvisorInstance> {
+  /**
+   * A new sandbox: restored from the warm-start image of its template and
+   * shape when one is built (warm-image.ts), else booted; the first cold
+   * start of a shape builds that image in the background.
+   */
+  async create(spec: InstanceSpec): Promise<GvisorInstance> {
+    const image = setting("LOCALE2B_GVISOR_WARM_START") === "0" ? undefined : findTemplateImage(spec.templateId, this.images());
+    if (!image) return this.start(spec);
+    const root = WarmImages.root(spec.dir);
+    const key = warmKey(spec, basename(dirname(image.rootfsDir)));
+    const warm = this.warm.ready(root, key);
+    if (!warm) {
+      this.warm.ensure(root, key, spec);
+      return this.start(spec);
+    }
+    try {
+      return await this.start(spec, warm);
+    } catch (err) {
+      spec.log.warn({ err }, "restoring the warm-start image failed: starting cold (the image is built again)");
+      this.warm.discard(root, key);
+      return this.start(spec);
+    }
+  }
+
+  private async start(spec: InstanceSpec, from?: { disk: string; checkpoint?: string }): Promise<GvisorInstance> {
     const bin = this.runscBin();
     const image = findTemplateImage(spec.templateId, this.images());
     if (!image) throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
@@ -147,6 +177,7 @@ export class GvisorRuntime implements Runtime {
         netns,
         net,
         policy: spec.egress,
+        restored: !!from?.checkpoint,
         log: spec.log,
       });
       if (from?.checkpoint) {
@@ -205,6 +236,7 @@ export class GvisorRuntime implements Runtime {
       net,
       policy,
       checkpointed,
+      restored: p.restored === true,
       log,
     });
     if (!checkpointed) adopted.vsockReady(); // a sandbox started before its socket was moved out of reach: move it now

@@ -40,6 +40,8 @@ export interface PersistedGvisorInstance {
   policy?: EgressPolicy;
   /** Paused to disk: no sentry runs, the sandbox is its checkpoint image (layout.checkpoint). */
   checkpointed?: true;
+  /** Started by a restore (a warm-start image or a memory snapshot), not booted. */
+  restored?: true;
 }
 
 export interface GvisorInstanceInit {
@@ -56,6 +58,7 @@ export interface GvisorInstanceInit {
   net?: NetRecord;
   policy?: EgressPolicy;
   checkpointed?: boolean;
+  restored?: boolean;
   log: Logger;
 }
 
@@ -171,6 +174,7 @@ export class GvisorInstance implements Instance {
       ...(this.o.net ? { net: this.o.net } : {}),
       ...(this.policy ? { policy: this.policy } : {}),
       ...(this.checkpointed ? { checkpointed: true as const } : {}),
+      ...(this.o.restored ? { restored: true as const } : {}),
     };
     return { ...p };
   }
