@@ -32,6 +32,11 @@ export class SandboxConnections {
     this.pool.hold(id);
   }
 
+  /** They are dead (a memory snapshot closed them): drop the pooled ones. */
+  drop(id: string): void {
+    this.pool.drop(id);
+  }
+
   /** The pause failed and the sandbox runs on: let held traffic through. */
   pauseFailed(id: string): void {
     this.pool.release(id);

@@ -44,7 +44,8 @@ export class SandboxManager {
   private reaper: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly fs: FsPauseDeps;
-  private readonly connections: SandboxConnections;
+  /** The host's connections to each sandbox, as its runtime's pause policy wants them. */
+  readonly connections: SandboxConnections;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -113,9 +114,7 @@ export class SandboxManager {
   }
 
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
-  hostMemory(): { sandboxId: string; runtime: string; bytes: number }[] {
-    return this.instances.hostMemory();
-  }
+  hostMemory = (): { sandboxId: string; runtime: string; bytes: number }[] => this.instances.hostMemory();
 
   private dir(id: string): string {
     return join(this.o.dataDir, "sandboxes", id);
@@ -414,11 +413,6 @@ export class SandboxManager {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
     }
     return { sandbox: rec, socketPath: this.instance(rec).socketPath };
-  }
-
-  /** Its pooled connections are dead (a memory snapshot closed them): drop them. */
-  dropConnections(id: string): void {
-    this.o.pool.drop(id);
   }
 
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */

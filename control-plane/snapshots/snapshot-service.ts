@@ -95,7 +95,7 @@ export class SnapshotService {
       try {
         await inst.snapshot!(tmp, { kind, paused: rec.state === "paused" }).finally(() => {
           // A memory snapshot closes the sandbox's connections (gvisor's checkpoint): pooled ones are dead.
-          if (kind === "memory") this.o.manager.dropConnections(sandboxId);
+          if (kind === "memory") this.o.manager.connections.drop(sandboxId);
         });
         renameSync(tmp, this.dir(build));
       } catch (err) {

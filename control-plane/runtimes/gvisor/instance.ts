@@ -1,7 +1,4 @@
-import { existsSync, lstatSync, renameSync, rmSync, statfsSync, writeFileSync, type Stats } from "node:fs";
-import { execFile } from "node:child_process";
-import net from "node:net";
-import { promisify } from "node:util";
+import { existsSync, renameSync, rmSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
@@ -18,6 +15,7 @@ import type { EgressPolicy } from "../net/policy.js";
 import { GUEST } from "../../images/layout.js";
 import { quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk, type GvisorLayout } from "./rootfs.js";
 import type { Runsc } from "./runsc.js";
+import { accepts, copyDir, lstatOrUndefined, preferSentryOnOom, sleep, socketAt, syncFs } from "./host-ops.js";
 
 /** How often the sandbox's sentry process is checked for life. */
 const WATCH_INTERVAL_MS = 500;
@@ -77,21 +75,8 @@ export function effectivePolicy(policy: EgressPolicy | undefined, allowInternetA
 /**
  * One runsc sandbox. It is not our child (runsc detaches it), so it outlives
  * the control plane; its death is seen by polling its sentry's pid. Pause is
- * in memory (`runsc pause`): open connections survive it.
+ * to disk (runsc checkpoint, then the sentry stops): open connections end.
  */
-function lstatOrUndefined(path: string): Stats | undefined {
-  try {
-    return lstatSync(path);
-  } catch {
-    return undefined;
-  }
-}
-
-/** A Unix socket itself at `path` (a symlink to one does not count). */
-function socketAt(path: string): boolean {
-  return lstatOrUndefined(path)?.isSocket() ?? false;
-}
-
 export class GvisorInstance implements Instance {
   readonly sandboxId: string;
   readonly socketPath: string;
@@ -427,43 +412,3 @@ export class GvisorInstance implements Instance {
   }
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Something listens on the Unix socket at `path` (the connection is closed at once, before any handshake). */
-function accepts(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect(path);
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
-}
-const run = promisify(execFile);
-
-/** Flushes the sandbox's disk (its ext4 image, mounted here) to the image file. */
-async function syncFs(mount: string): Promise<void> {
-  await run("sync", ["-f", mount]);
-}
-
-/** A checkpoint image directory, copied (sparse where it can). */
-async function copyDir(from: string, to: string): Promise<void> {
-  await run("cp", ["-r", "--reflink=auto", "--sparse=always", "--", from, to]);
-}
-
-/**
- * Makes the sentry the OOM killer's first choice in the sandbox's cgroup (and
- * on the host). Otherwise the kernel kills the biggest systrap stub, which may
- * be one thread group's address space of a multi-threaded process such as
- * envd's Node: runsc 20240729 then leaves it a zombie that never finishes
- * exiting, and the sandbox is wedged, alive but unreachable. Killing the
- * sentry ends the whole sandbox, reported as out of memory.
- */
-export function preferSentryOnOom(pid: number, log: Logger): void {
-  try {
-    writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
-  } catch (err) {
-    log.warn({ err }, "cannot raise the sandbox's OOM score: an out-of-memory sandbox may hang instead of stopping");
-  }
-}
