@@ -44,8 +44,7 @@ export class SandboxManager {
   private reaper: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly fs: FsPauseDeps;
-  /** The host's connections to each sandbox, as its runtime's pause policy wants them. */
-  readonly connections: SandboxConnections;
+  readonly connections: SandboxConnections; // the host's connections per sandbox, as its runtime's pause policy wants
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -101,6 +100,7 @@ export class SandboxManager {
     this.closed = true;
     clearInterval(this.reaper);
     await this.warm?.close();
+    await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.connections.closeWhilePaused(rec.id, this.instances.get(rec.id)));
     for (const inst of this.instances.all()) inst.detach?.();
     this.o.pool.destroy();

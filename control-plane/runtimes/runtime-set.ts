@@ -44,4 +44,10 @@ export class RuntimeSet {
     }
     return rt;
   }
+
+  /** The server stops: every started runtime finishes its background work (Runtime.close). */
+  async close(): Promise<void> {
+    const started = await Promise.all([...this.loaded.values()].map((p) => p.catch(() => undefined)));
+    await Promise.all(started.map((rt) => rt?.close?.()));
+  }
 }

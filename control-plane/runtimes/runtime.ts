@@ -122,6 +122,8 @@ export interface Runtime {
   egressUnsupported?(): Promise<string | undefined>;
   /** Re-attaches to an instance that outlived a control-plane restart, or undefined if it is gone. */
   adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<Instance | undefined>;
+  /** The server stops: finish (or stop) background work of the runtime's own; its sandboxes keep running. */
+  close?(): Promise<void>;
   /** Starts a new instance from a snapshot one of its instances took (a fresh id, its own copy of the files). */
   createFromSnapshot?(spec: InstanceSpec, from: SnapshotSource): Promise<Instance>;
 }

@@ -69,6 +69,11 @@ export class GvisorRuntime implements Runtime {
     return notes;
   }
 
+  /** The server stops: a warm-start image being built is finished (its builder sandbox removed). */
+  async close(): Promise<void> {
+    await this.warm.settle();
+  }
+
   async egressUnsupported(): Promise<string | undefined> {
     return vethUnsupported();
   }

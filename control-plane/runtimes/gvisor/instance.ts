@@ -286,6 +286,9 @@ export class GvisorInstance implements Instance {
     let frozen = false;
     try {
       if (opts.kind === "memory") await this.quiesce();
+      // Files only: gVisor's kernel may still hold written data in its own cache (a checkpoint would
+      // carry it); sync writes it through to the disk first.
+      else await runsc.cmd(["exec", runsc.id, "/bin/sync"], 60_000);
       await runsc.pause();
       frozen = true;
       if (opts.kind === "memory") await runsc.checkpoint(snapshotCheckpoint(dest));

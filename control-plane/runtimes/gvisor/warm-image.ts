@@ -26,7 +26,7 @@ export function warmKey(spec: InstanceSpec, templateBuild: string): string {
 }
 
 export class WarmImages {
-  private readonly building = new Set<string>();
+  private readonly building = new Map<string, Promise<void>>();
 
   constructor(
     /** Starts a sandbox cold (the runtime's own create). */
@@ -53,11 +53,16 @@ export class WarmImages {
   /** Builds the image for `key` in the background, once (a failure is logged; creates go on cold). */
   ensure(root: string, key: string, spec: InstanceSpec): void {
     if (this.building.has(key) || this.ready(root, key)) return;
-    this.building.add(key);
     const log = spec.log.child({ warmImage: key });
-    void this.build(root, key, spec, log)
+    const done = this.build(root, key, spec, log)
       .catch((err: unknown) => log.warn({ err }, "building a warm-start image failed: gVisor sandboxes of this shape start cold"))
       .finally(() => this.building.delete(key));
+    this.building.set(key, done);
+  }
+
+  /** Waits for the builds under way (the server is stopping: none is left half-made). */
+  async settle(): Promise<void> {
+    await Promise.all(this.building.values());
   }
 
   private async build(root: string, key: string, spec: InstanceSpec, log: Logger): Promise<void> {
