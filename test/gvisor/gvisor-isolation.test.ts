@@ -5,7 +5,7 @@
 // host, the disk bound, an out-of-memory sandbox, and what a dead sandbox
 // leaves behind. Two sandboxes are shared by the whole file (gVisor is slow).
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -136,6 +136,27 @@ describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`,
       expect(dialed).toEqual([]);
     } finally {
       server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("the pause's ack file and signals, forged from inside, never make the host write through a symlink; pause and resume still work", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "l2b-ack-"));
+    const victim = join(dir, "victim");
+    writeFileSync(victim, "host data");
+    try {
+      // As user: PID 1 takes no signal from it.
+      expect((await sh(b, "kill -URG 1 2>&1; echo rc=$?")).out).toMatch(/rc=1|not permitted/);
+      // As root: the ack file becomes a symlink to a host file, and the init is told to quiesce and listen again.
+      // (In the background: the quiesce cuts every connection, this command's stream too.)
+      const forge = `ln -sf ${victim} /run/locale2b-host/envd.sock.quiesced && kill -URG 1 && kill -WINCH 1 && touch /tmp/forged`;
+      await b.commands.run(`nohup sh -c 'sleep 0.3; ${forge}' >/dev/null 2>&1 &`, { user: "root" });
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(await b.pause()).toBe(true);
+      const again = await Sandbox.connect(b.sandboxId);
+      expect((await again.commands.run("ls /tmp/forged && echo after-forgery")).stdout).toContain("after-forgery\n");
+      expect(readFileSync(victim, "utf8")).toBe("host data");
+    } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
