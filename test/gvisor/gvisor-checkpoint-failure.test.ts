@@ -23,12 +23,15 @@ describe.skipIf(missing !== undefined)(`gvisor: a failed checkpoint leaves the s
   let cp: TestControlPlane | undefined;
   let restore = () => {};
   beforeAll(async () => {
+    // Only this test's files on the small disk: no warm-start image built there in the background.
+    process.env.LOCALE2B_GVISOR_WARM_START = "0";
     mnt = mkdtempSync(join(tmpdir(), "l2b-gv-full-"));
     execFileSync("mount", ["-t", "tmpfs", "-o", "size=160m", "tmpfs", mnt]);
     cp = await startTestControlPlane({ dataDir: join(mnt, "data"), runtime: gvisorRuntime(), imagesDir: testImagesDir(), warmPool: 0 });
     restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
   }, 300_000);
   afterAll(async () => {
+    delete process.env.LOCALE2B_GVISOR_WARM_START;
     restore();
     await cp?.close();
     if (mnt) {
@@ -42,7 +45,8 @@ describe.skipIf(missing !== undefined)(`gvisor: a failed checkpoint leaves the s
     const ticker = await sbx.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
     // Root inside forges the init's ack file: the host does not take it for a quiesce (it removes it and waits for the init's own).
     await sbx.commands.run("touch /run/locale2b-host/envd.sock.quiesced", { user: "root" });
-    // Fill the disk the checkpoint image would go to, leaving a few MiB.
+    // Fill the disk the checkpoint image would go to, leaving a few MiB: enough for the store's own
+    // writes (SQLite lives in the same data dir), far from enough for the image (tens of MiB).
     const filler = join(mnt, "filler");
     try {
       execFileSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=1M"], { stdio: "ignore" });
@@ -50,7 +54,7 @@ describe.skipIf(missing !== undefined)(`gvisor: a failed checkpoint leaves the s
       // ENOSPC: full, as wanted
     }
     rmSync(filler, { force: true });
-    execFileSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=1M", `count=${freeMiB(mnt) - 4}`], { stdio: "ignore" });
+    execFileSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=1M", `count=${freeMiB(mnt) - 8}`], { stdio: "ignore" });
 
     const res = await fetch(`${cp!.url}/sandboxes/${sbx.sandboxId}/pause`, { method: "POST", headers: { "X-API-Key": cp!.apiKey } });
     expect(res.status).toBe(500);
