@@ -191,22 +191,26 @@ describe.skipIf(skip !== undefined)(`snapshots${skip ? ` (skipped: ${skip})` : "
 
   it("a snapshot taken while a process writes files leaves the writer running and gives a consistent copy", async () => {
     const src = await create();
-    const writer = `mkdir -p /home/user/w; i=0; while true; do i=$((i+1)); printf '%s\\n' "$i" > /home/user/w/tmp && mv /home/user/w/tmp /home/user/w/$i; echo $i > /home/user/w/last; done`;
+    const writer = `mkdir -p /home/user/w; i=0; while true; do i=$((i+1)); printf '%s\\n' "$i" > /home/user/w/tmp && mv /home/user/w/tmp /home/user/w/$i; echo $i > /home/user/w/last.tmp && mv /home/user/w/last.tmp /home/user/w/last; done`;
     await src.commands.run(writer, { background: true, timeoutMs: 0 });
     await sh(src, "for i in $(seq 100); do [ -s /home/user/w/last ] && break; sleep 0.1; done");
     const snaps: SnapshotInfo[] = [];
-    for (let i = 0; i < 3; i++) snaps.push(await Sandbox.createSnapshot(src.sandboxId));
-    const before = Number((await sh(src, "cat /home/user/w/last")).out);
-    await sh(src, `for i in $(seq 200); do [ "$(cat /home/user/w/last)" -gt ${before} ] && break; sleep 0.1; done`);
-    expect(Number((await sh(src, "cat /home/user/w/last")).out)).toBeGreaterThan(before);
-    for (const snap of snaps) {
-      const copy = await create(snap.snapshotId);
-      // Every numbered file is whole and holds its own number.
-      const check = await sh(copy, "cd /home/user/w && ls | grep -E '^[0-9]+$' | while read f; do [ \"$(cat $f)\" = \"$f\" ] || echo bad $f; done; echo checked");
-      expect(check.out).toBe("checked\n");
-      await copy.kill();
+    try {
+      for (let i = 0; i < 3; i++) snaps.push(await Sandbox.createSnapshot(src.sandboxId));
+      // (`last` is replaced by a rename, never truncated: a read sees a whole number.)
+      const before = Number((await sh(src, "cat /home/user/w/last")).out);
+      await sh(src, `for i in $(seq 200); do [ "$(cat /home/user/w/last)" -gt ${before} ] && break; sleep 0.1; done`);
+      expect(Number((await sh(src, "cat /home/user/w/last")).out)).toBeGreaterThan(before);
+      for (const snap of snaps) {
+        const copy = await create(snap.snapshotId);
+        // Every numbered file is whole and holds its own number.
+        const check = await sh(copy, "cd /home/user/w && ls | grep -E '^[0-9]+$' | while read f; do [ \"$(cat $f)\" = \"$f\" ] || echo bad $f; done; echo checked");
+        expect(check.out).toBe("checked\n");
+        await copy.kill();
+      }
+    } finally {
+      await Promise.all(snaps.map((s) => Sandbox.deleteSnapshot(s.snapshotId)));
     }
-    await Promise.all(snaps.map((s) => Sandbox.deleteSnapshot(s.snapshotId)));
   });
 
   it("a sandbox from another's snapshot cannot reach that sandbox or the host, and the snapshot holds no host files", async () => {
