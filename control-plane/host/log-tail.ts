@@ -23,6 +23,11 @@ export function tailLines(path: string, maxLines: number, maxBytes = 256 * 1024)
   }
 }
 
+/** A sandbox's log for the logs endpoints: its lines among the file's last 8 MiB, each with its time. */
+export function logEntries(path: string): { timestamp: number; line: string }[] {
+  return timedLines(tailLines(path, 100_000, 8 * 1024 * 1024), Date.now());
+}
+
 /** Log lines with their time: a JSON line's own `time` (pino's, ms), else `fallback` (e.g. the file's mtime or now). */
 export function timedLines(lines: string[], fallback: number): { timestamp: number; line: string }[] {
   return lines.map((line) => {

@@ -3,9 +3,9 @@
 // a file: it does not depend on the control plane and outlives its restart.
 import type { ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import net from "node:net";
 import type { Logger } from "pino";
 import { spawnDetached } from "../../host/detached.js";
+import { accepts } from "../../host/unix-socket.js";
 import { tailLines } from "../../host/log-tail.js";
 import { isRunning, procStat, signalGroup, signalPids, waitFor } from "../process/procfs.js";
 import type { JailSpec } from "./layout.js";
@@ -71,17 +71,6 @@ export function spawnVmm(launch: Launch, consolePath: string, cwd: string, log: 
   return { pid, startTime, child };
 }
 
-function canConnect(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.createConnection(path);
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
-}
-
 function exitedError(what: string, consolePath: string): Error {
   const tail = tailLines(consolePath, 8);
   return new Error(`firecracker exited ${what}${tail.length ? `; its last output: ${tail.join(" | ")}` : " (no output)"}`);
@@ -101,7 +90,7 @@ export async function waitForSocket(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let step = 2; ; step = Math.min(step * 2, 50)) {
-    if (existsSync(path) && (!connect || (await canConnect(path)))) return;
+    if (existsSync(path) && (!connect || (await accepts(path)))) return;
     if (!isRunning(vmm.pid, vmm.startTime)) throw exitedError(`before creating ${what} ${path}`, consolePath);
     if (Date.now() >= deadline) throw new Error(`firecracker did not create ${what} ${path} within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, step));

@@ -1,9 +1,8 @@
-// Host-side tools of a gVisor sandbox's lifecycle: waiting, looking at and
-// dialing its sockets without following what the sandbox may have put
-// there, flushing and copying its disk, and its sentry's OOM score.
+// Host-side tools of a gVisor sandbox's lifecycle: looking at its sockets
+// without following what the sandbox may have put there, flushing and
+// copying its disk, and its sentry's OOM score.
 import { execFile } from "node:child_process";
 import { lstatSync, writeFileSync, type Stats } from "node:fs";
-import net from "node:net";
 import { promisify } from "node:util";
 import type { Logger } from "pino";
 
@@ -20,19 +19,6 @@ export function socketAt(path: string): boolean {
   return lstatOrUndefined(path)?.isSocket() ?? false;
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Something listens on the Unix socket at `path` (the connection is closed at once, before any handshake). */
-export function accepts(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect(path);
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
-}
 const run = promisify(execFile);
 
 /** Flushes the sandbox's disk (its ext4 image, mounted here) to the image file. */

@@ -2,7 +2,7 @@ import { existsSync, renameSync, rmSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
-import { tailLines, timedLines } from "../../host/log-tail.js";
+import { logEntries, tailLines } from "../../host/log-tail.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { copyImage } from "../process/disk-snapshot.js";
 import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
@@ -15,7 +15,9 @@ import type { EgressPolicy } from "../net/policy.js";
 import { GUEST } from "../../images/layout.js";
 import { quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk, type GvisorLayout } from "./rootfs.js";
 import type { Runsc } from "./runsc.js";
-import { accepts, copyDir, lstatOrUndefined, preferSentryOnOom, sleep, socketAt, syncFs } from "./host-ops.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { accepts } from "../../host/unix-socket.js";
+import { copyDir, lstatOrUndefined, preferSentryOnOom, socketAt, syncFs } from "./host-ops.js";
 
 /** How often the sandbox's sentry process is checked for life. */
 const WATCH_INTERVAL_MS = 500;
@@ -411,7 +413,7 @@ export class GvisorInstance implements Instance {
 
   /** The sandbox's console (init, envd) and runsc's errors, newest last (at most the log's last 8 MiB). */
   async logs(): Promise<{ timestamp: number; line: string }[]> {
-    return timedLines(tailLines(this.o.layout.log, 100_000, 8 * 1024 * 1024), Date.now());
+    return logEntries(this.o.layout.log);
   }
 }
 

@@ -2,7 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { CpuMeter } from "../../host/cpu-meter.js";
-import { tailLines, timedLines } from "../../host/log-tail.js";
+import { logEntries, tailLines } from "../../host/log-tail.js";
 import { DeathWatch } from "../death-watch.js";
 import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { copyImage, snapshotDiskPath, syncSandboxFs } from "./disk-snapshot.js";
@@ -321,7 +321,7 @@ export class ProcessInstance implements Instance {
 
   /** envd's and the init's log, newest last (at most the file's last 8 MiB). */
   async logs(): Promise<{ timestamp: number; line: string }[]> {
-    return timedLines(tailLines(this.o.layout.log, 100_000, 8 * 1024 * 1024), Date.now());
+    return logEntries(this.o.layout.log);
   }
 
 }
