@@ -17,6 +17,7 @@ import { createRestApi } from "./api/rest/router.js";
 import { createWorkspaceApi, WORKSPACE_PREFIX } from "./api/workspace/router.js";
 import type { WorkspaceSettings } from "./api/workspace/deps.js";
 import { DEFAULT_ACTIVITY, startActivity, type Activity, type ActivitySettings } from "./activity.js";
+import { applyGuestIdentity } from "./runtimes/guest-identity.js";
 import { EnvdRpc } from "./transport/envd-rpc.js";
 import { warmUpEnvd } from "./manager/warm-up.js";
 import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
@@ -140,7 +141,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
-    prepare: async (sandboxId, socketPath, token, dir) => {
+    prepare: async (sandboxId, socketPath, token, dir, guest) => {
+      if (guest) await applyGuestIdentity(envdRpc, { sandboxId, socketPath, token }, guest, log.child({ sandboxId }));
       await prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId }));
       // No token yet: a warm sandbox, made ahead of any create (a create's own sandbox is not kept waiting for this).
       if (token === "") await warmUpEnvd(envdRpc, { sandboxId, socketPath, token }, log);

@@ -1,7 +1,7 @@
 // What a SandboxManager is made of: the server's store, runtimes, transport,
 // limits and the hooks other parts of the control plane give it.
 import type { Logger } from "pino";
-import type { Runtime } from "../runtimes/runtime.js";
+import type { GuestIdentity, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
@@ -41,9 +41,11 @@ export interface ManagerOptions {
    * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
    * made, ahead of any create; else before the create is answered). `token`
    * is envd's access token, "" before /init set one. The workspace API makes
-   * /workspace there. Must not throw.
+   * /workspace there. `guest`: a guest restored from another sandbox's
+   * memory that must be renamed and re-addressed first; throws only when
+   * that fails (the create fails then).
    */
-  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string) => Promise<void>;
+  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string, guest?: GuestIdentity) => Promise<void>;
   /**
    * Before a sandbox whose vsock must stay quiet while paused (qemu) is
    * paused: close the control plane's own long-lived streams to it (activity

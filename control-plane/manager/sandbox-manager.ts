@@ -203,7 +203,7 @@ export class SandboxManager {
         await this.waitReady(id, inst);
         const from = input.fromSnapshot;
         await pushInit(this.o.envd, rec, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
-        await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir);
+        await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir, inst.restoredGuest);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];

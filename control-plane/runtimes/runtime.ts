@@ -45,6 +45,17 @@ export interface SnapshotSource {
   sandboxId?: string;
 }
 
+/**
+ * Who a guest restored from another sandbox's memory must become: its kernel
+ * still has its source's hostname and (with a network) address. The control
+ * plane applies it inside, as root through envd, right after /init.
+ */
+export interface GuestIdentity {
+  hostname: string;
+  /** The guest's interface and its new address (`a.b.c.d/prefix`) and default gateway. */
+  ipv4?: { device: string; address: string; gateway: string };
+}
+
 export interface InstanceStats {
   cpuCount: number;
   /** 0..100 over the last sampling interval */
@@ -78,6 +89,8 @@ export interface Instance {
    * (manager/sandbox-connections.ts).
    */
   readonly pauseConnections?: PauseConnections;
+  /** Set on an instance restored from another sandbox's memory snapshot whose guest must be renamed and re-addressed. */
+  readonly restoredGuest?: GuestIdentity;
   /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */
   readonly readyTimeoutMs?: number;
   pause(): Promise<void>;

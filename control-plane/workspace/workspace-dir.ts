@@ -1,9 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { mkdirSync, readlinkSync } from "node:fs";
 import type { Logger } from "pino";
-import { Process } from "../../gen/ts/process/process_pb.js";
-import { internalTag } from "../events/envd-activity.js";
 import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
+import { runScript } from "../transport/envd-script.js";
 
 /** Every sandbox's working directory for the workspace API, owned by the sandbox's user. */
 export const WORKSPACE_DIR = "/workspace";
@@ -40,21 +39,6 @@ const REASONS: Record<number, string> = {
   6: "the sandbox shares the host's mount namespace (no isolation): it gets no private /workspace",
 };
 
-async function runScript(rpc: EnvdRpc, target: EnvdTarget, user: string, args: string[]): Promise<{ code: number; stderr: string }> {
-  const client = rpc.client(Process, target, user);
-  let code = -1;
-  let stderr = "";
-  for await (const res of client.start(
-    { process: { cmd: "/bin/sh", args: ["-c", SCRIPT, "locale2b-workspace", ...args] }, tag: internalTag(target.sandboxId, "workspace"), stdin: false },
-    { timeoutMs: 15_000 },
-  )) {
-    const e = res.event?.event;
-    if (e?.case === "data" && e.value.output.case === "stderr") stderr += new TextDecoder().decode(e.value.output.value);
-    if (e?.case === "end") code = e.value.exitCode;
-  }
-  return { code, stderr: stderr.trim().slice(0, 500) };
-}
-
 /** Makes /workspace in a new sandbox (see SCRIPT). Never throws: a sandbox without it still works, and the reason is logged. */
 export async function prepareWorkspaceDir(rpc: EnvdRpc, target: EnvdTarget, sandboxDir: string, owner: string, log: Logger): Promise<void> {
   const hostNs = (() => {
@@ -66,10 +50,10 @@ export async function prepareWorkspaceDir(rpc: EnvdRpc, target: EnvdTarget, sand
   })();
   const args = [sandboxDir, owner, hostNs];
   try {
-    let r = await runScript(rpc, target, "root", args).catch(async (err: unknown) => {
+    let r = await runScript(rpc, target, "root", "workspace", SCRIPT, args).catch(async (err: unknown) => {
       // envd that is not root (user namespaces) cannot act as root: make it as the user, where the root filesystem allows.
       if (ConnectError.from(err).code !== Code.PermissionDenied && ConnectError.from(err).code !== Code.Unauthenticated) throw err;
-      return runScript(rpc, target, owner, ["", owner, hostNs]);
+      return runScript(rpc, target, owner, "workspace", SCRIPT, ["", owner, hostNs]);
     });
     if (r.code === 3 && process.getuid?.() === 0) {
       try {
@@ -78,7 +62,7 @@ export async function prepareWorkspaceDir(rpc: EnvdRpc, target: EnvdTarget, sand
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
       }
-      r = await runScript(rpc, target, "root", args);
+      r = await runScript(rpc, target, "root", "workspace", SCRIPT, args);
     }
     if (r.code !== 0) {
       log.warn({ sandboxId: target.sandboxId, code: r.code, stderr: r.stderr }, `no ${WORKSPACE_DIR} in this sandbox: ${REASONS[r.code] ?? "making it failed"}`);

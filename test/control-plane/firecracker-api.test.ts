@@ -6,7 +6,7 @@
 // exact API sequence and bodies the runtime sends, its error handling and
 // clean-up, and the control plane's path to envd over the VM's vsock socket.
 // test/vm/firecracker-real.test.ts boots real VMs where that is possible.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,7 +20,7 @@ import { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js"
 import { ENVD_PORT } from "../../envd/version.js";
 import { haveNft, nftChain } from "../helpers/egress.js";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
-import { capturingLogger, fakeImages, health, instanceSpec, MiB, pidsMentioning } from "../helpers/firecracker-fixture.js";
+import { capturingLogger, cleanUpFirecrackerSuite, fakeImages, health, instanceSpec, MiB, overrideEnv } from "../helpers/firecracker-fixture.js";
 import { mockFirecrackerBin } from "../helpers/firecracker-mock-bin.js";
 import { FirecrackerSpec, findFirecrackerSpec } from "../helpers/firecracker-spec.js";
 import { calls, expectValid as expectValidRequests, readRequests, type RecordedRequest } from "../helpers/firecracker-requests.js";
@@ -38,8 +38,7 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
   let runtime: FirecrackerRuntime;
   const { log, lines: logLines } = capturingLogger();
   const live: FirecrackerInstance[] = [];
-  const ENV_KEYS = ["LOCALE2B_FIRECRACKER", "MOCK_FIRECRACKER_SPEC", "MOCK_FIRECRACKER_LOG", "MOCK_FIRECRACKER_ENVD"] as const;
-  const savedEnv: Record<string, string | undefined> = {};
+  let restoreEnv = () => {};
 
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), "l2b-fc-"));
@@ -47,8 +46,7 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
     images = fakeImages(root);
     spec = new FirecrackerSpec(SPEC_PATH);
     envd = await startTestEnvd({ listen: ["tcp://127.0.0.1:0"] });
-    for (const k of ENV_KEYS) savedEnv[k] = process.env[k];
-    Object.assign(process.env, {
+    restoreEnv = overrideEnv({
       LOCALE2B_FIRECRACKER: mockFirecrackerBin(),
       MOCK_FIRECRACKER_SPEC: SPEC_PATH,
       MOCK_FIRECRACKER_LOG: requestLog,
@@ -58,16 +56,9 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
   });
 
   afterAll(async () => {
-    for (const k of ENV_KEYS) {
-      if (savedEnv[k] === undefined) delete process.env[k];
-      else process.env[k] = savedEnv[k];
-    }
-    for (const inst of live) await inst.kill().catch(() => undefined);
+    restoreEnv();
     await envd?.close();
-    const left = root ? pidsMentioning(root) : [];
-    for (const pid of left) process.kill(pid, "SIGKILL");
-    if (root) rmSync(root, { recursive: true, force: true });
-    expect(left).toEqual([]); // every test cleaned up its Firecracker processes
+    expect(await cleanUpFirecrackerSuite(root, live)).toEqual([]); // every test cleaned up its Firecracker processes
   });
 
   const requests = () => readRequests(requestLog);
@@ -101,8 +92,9 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
     const args = String(boot!.boot_args).split(" ");
     expect(args).toEqual(expect.arrayContaining(["console=ttyS0", "reboot=k", "panic=1", "pci=off", "root=/dev/vda", "rw", "init=/sbin/locale2b-init", `l2b.hostname=${id}`]));
     expect(args.find((a) => a.startsWith("l2b.epoch="))).toMatch(/^l2b\.epoch=\d{10}$/);
-    expect(drive).toEqual({ drive_id: "rootfs", path_on_host: join(dir, "rootfs.ext4"), is_root_device: true, is_read_only: false });
-    expect(vsock).toEqual({ guest_cid: 3, uds_path: join(dir, "vsock.sock") });
+    // Paths from Firecracker's working directory, the sandbox's: a snapshot restored elsewhere (a fork) opens its own files.
+    expect(drive).toEqual({ drive_id: "rootfs", path_on_host: "rootfs.ext4", is_root_device: true, is_read_only: false });
+    expect(vsock).toEqual({ guest_cid: 3, uds_path: "vsock.sock" });
     expect(start).toEqual({ action_type: "InstanceStart" });
 
     // The Instance: envd through Firecracker's own hybrid-vsock socket.
@@ -147,7 +139,7 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
     expectValid(recs);
     expect(calls(recs)).toEqual(["PATCH /vm 204", "PUT /snapshot/create 204"]);
     expect(recs[0]!.body).toEqual({ state: "Paused" });
-    expect(recs[1]!.body).toEqual({ snapshot_type: "Full", snapshot_path: join(dir, "snapshot", "vmstate"), mem_file_path: join(dir, "snapshot", "memory") });
+    expect(recs[1]!.body).toEqual({ snapshot_type: "Full", snapshot_path: join("snapshot", "vmstate"), mem_file_path: join("snapshot", "memory") });
     expect(isRunning(firstPid)).toBe(false);
     expect(existsSync(join(dir, "fc.sock")) || existsSync(join(dir, "vsock.sock"))).toBe(false);
     expect(statSync(join(dir, "snapshot", "memory")).size).toBe(128 * MiB);
@@ -171,9 +163,10 @@ describe.skipIf(!haveSpec)(`firecracker runtime against a mock Firecracker${have
     expect(calls(recs)).toEqual(["PUT /snapshot/load 204"]);
     expect(recs[0]!.pid).toBe(inst.pid);
     expect(recs[0]!.body).toEqual({
-      snapshot_path: join(dir, "snapshot", "vmstate"),
-      mem_backend: { backend_type: "File", backend_path: join(dir, "snapshot", "memory") },
+      snapshot_path: join("snapshot", "vmstate"),
+      mem_backend: { backend_type: "File", backend_path: join("snapshot", "memory") },
       resume_vm: true,
+      vsock_override: { uds_path: "vsock.sock" },
     });
     expect(inst.socketPath).toBe(join(dir, "vsock.sock")); // same path: it is in the snapshot
     expect(await health(agent)).toBe(204); // the agent redials

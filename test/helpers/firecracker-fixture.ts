@@ -3,7 +3,7 @@
 // instance specs, and a GET /health over the hybrid-vsock socket.
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import { pino, type Logger } from "pino";
@@ -83,4 +83,26 @@ export function pidsMentioning(needle: string): number[] {
     if (cmdline(pid).some((a) => a.includes(needle))) out.push(pid);
   }
   return out;
+}
+
+/** Sets env vars for the tests (undefined: unset) and returns what puts the old values back. */
+export function overrideEnv(vars: Record<string, string | undefined>): () => void {
+  const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  const apply = (v: Record<string, string | undefined>) => {
+    for (const [k, value] of Object.entries(v)) {
+      if (value === undefined) delete process.env[k];
+      else process.env[k] = value;
+    }
+  };
+  apply(vars);
+  return () => apply(saved);
+}
+
+/** Kills what a suite started and removes its root; the pids of Firecracker processes that were still left (expected: none). */
+export async function cleanUpFirecrackerSuite(root: string | undefined, live: { kill(): Promise<void> }[]): Promise<number[]> {
+  for (const inst of live) await inst.kill().catch(() => undefined);
+  const left = root ? pidsMentioning(root) : [];
+  for (const pid of left) process.kill(pid, "SIGKILL");
+  if (root) rmSync(root, { recursive: true, force: true });
+  return left;
 }

@@ -9,7 +9,8 @@
 //   - follows Firecracker's state machine loosely: pre-boot calls after
 //     InstanceStart fail, /vm and /snapshot/create need a started VM,
 //     /snapshot/create needs it paused, /snapshot/load needs a fresh process;
-//     files it would open (kernel, disk, tap, memory file) must exist;
+//     files it would open (kernel, disk, tap, memory file) must exist,
+//     relative paths from its working directory like Firecracker's;
 //   - on InstanceStart or a snapshot load, listens on the vsock uds_path and
 //     answers `CONNECT 49983\n` with `OK <n>\n`, then proxies the bytes to the
 //     envd the test started (MOCK_FIRECRACKER_ENVD): the control plane's path
@@ -22,7 +23,7 @@
 import { appendFileSync, closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { dirname } from "node:path";
+import { dirname, resolve } from "node:path";
 import { FirecrackerSpec, findFirecrackerSpec } from "./firecracker-spec.js";
 
 const ENVD_PORT = 49983;
@@ -243,16 +244,24 @@ async function handle(method: string, path: string, body: Record<string, unknown
       throw new Fault("Cannot restore the guest memory: the memory file's size does not match the snapshot");
     }
     for (const d of state.drives) requireExists(d.path_on_host, "Unable to restore the block device: BackingFile");
+    for (const o of (b.network_overrides as { iface_id: string; host_dev_name: string }[] | undefined) ?? []) {
+      const n = state.nets.find((x) => x.iface_id === o.iface_id);
+      if (!n) throw new Fault(`Invalid network override: the snapshot has no network interface '${o.iface_id}'`);
+      n.host_dev_name = o.host_dev_name;
+    }
     for (const n of state.nets) {
       if (!existsSync(`/sys/class/net/${String(n.host_dev_name)}`)) throw new Fault(`Cannot restore the network device: no tap device ${String(n.host_dev_name)}`);
     }
     Object.assign(config, { machine: state.machine, boot: {}, vsock: state.vsock });
     state.drives.forEach((d) => config.drives.set(String(d.drive_id), d));
+    state.nets.forEach((n) => config.nets.set(String(n.iface_id), n));
     const uds = (b.vsock_override as { uds_path?: string } | undefined)?.uds_path ?? state.vsock?.uds_path;
     if (uds) {
       if (existsSync(uds)) throw new Fault(`Cannot restore the vsock device: UnixBind(Os { code: 98, kind: AddrInUse, message: "Address in use" })`);
       await serveVsock(uds);
     }
+    for (const d of state.drives) vmmLog(`Restored block device ${String(d.drive_id)}: ${resolve(String(d.path_on_host))}`);
+    if (uds) vmmLog(`Restored vsock: ${resolve(uds)}`);
     phase = b.resume_vm === true ? "running" : "paused";
     vmmLog(`Loaded the microVM snapshot ${String(b.snapshot_path)}${b.resume_vm ? " and resumed it" : ""}`);
     return undefined;

@@ -9,6 +9,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Sandbox } from "e2b";
 import { pino } from "pino";
 import { afterAll, describe, expect, it } from "vitest";
 import { findKernel, findTemplateImage, imagesDir } from "../../control-plane/images/layout.js";
@@ -20,7 +21,9 @@ import { EnvdClient } from "../../control-plane/transport/envd-client.js";
 import { AgentPool, HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { ENVD_PORT } from "../../envd/version.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
+import { startTestControlPlane } from "../helpers/control-plane.js";
 import { health, instanceSpec } from "../helpers/firecracker-fixture.js";
+import { setEnv } from "../helpers/sdk.js";
 import { run } from "../helpers/process.js";
 
 const TEMPLATE = process.env.LOCALE2B_TEST_TEMPLATE || "base";
@@ -93,4 +96,34 @@ describe.skipIf(skip)(`firecracker runtime, real microVMs${skip ? ` (skipped: ${
     expect(isRunning(pid)).toBe(false);
     expect(await inst.alive()).toBe(false);
   }, 180_000);
+});
+
+describe.skipIf(skip)(`firecracker runtime, real microVMs, E2B's fork with the JS SDK${skip ? ` (skipped: ${missing.join("; ")})` : ""}`, () => {
+  it("a fork of 2: each its own id, hostname and address, the parent's counter going on in each, files of the instant", async () => {
+    const cp = await startTestControlPlane({ runtime: new FirecrackerRuntime() });
+    const restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
+    try {
+      const src = await Sandbox.create(TEMPLATE, { timeoutMs: 600_000 });
+      await src.files.write("/home/user/fork.txt", "of the instant");
+      await src.commands.run("sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done'", { background: true, timeoutMs: 0 });
+      const forks = await Sandbox.fork(src.sandboxId, { count: 2, timeoutMs: 600_000 });
+      const seen = new Set<string>();
+      for (const f of forks) {
+        if (!(f instanceof Sandbox)) throw f;
+        const out = await f.commands.run("hostname; cat /home/user/fork.txt; ip -4 -o addr show dev eth0 | awk '{print $4}'");
+        const [host, text, addr] = out.stdout.trim().split("\n");
+        expect(host).toBe(f.sandboxId);
+        expect(text).toBe("of the instant");
+        seen.add(addr!);
+        const c1 = Number((await f.files.read("/tmp/counter")).trim());
+        await expect.poll(async () => Number((await f.files.read("/tmp/counter")).trim()), { timeout: 30_000 }).toBeGreaterThan(c1);
+        await f.kill();
+      }
+      expect(seen.size).toBe(2);
+      await src.kill();
+    } finally {
+      restore();
+      await cp.close();
+    }
+  }, 300_000);
 });

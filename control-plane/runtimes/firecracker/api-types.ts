@@ -67,6 +67,10 @@ export interface SnapshotLoadParams {
   mem_backend: { backend_type: "File" | "Uffd"; backend_path: string };
   resume_vm?: boolean;
   track_dirty_pages?: boolean;
+  /** `#/definitions/NetworkOverride`: the tap device each interface uses from now on (a fork's own). */
+  network_overrides?: { iface_id: string; host_dev_name: string }[];
+  /** `#/definitions/VsockOverride`: the vsock device's Unix socket from now on. */
+  vsock_override?: { uds_path: string };
 }
 
 /** `#/definitions/Logger` (PUT /logger). */

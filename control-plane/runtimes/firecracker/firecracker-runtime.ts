@@ -3,15 +3,17 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { findKernel, findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
 import { cmdline, isRunning } from "../process/procfs.js";
-import type { InstanceSpec, Runtime } from "../runtime.js";
+import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
 import { FirecrackerApi } from "./api-client.js";
 import { copyRootfs, growRootfs } from "./disk.js";
 import { findFirecracker, findJailer, probeKvm, SETUP_HINT } from "./host.js";
 import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
-import { createTap, ipBootArg } from "./network.js";
-import { applyPolicy, ensureTable, missingTools, releaseDevice } from "../net/nft.js";
+import { ipBootArg, vmNetwork } from "./network.js";
+import { missingTools, releaseDevice } from "../net/nft.js";
+import { restoreVm } from "./restore.js";
+import { readSnapshotMeta, SNAPSHOT_DISK } from "./snapshots.js";
 import { latestRecord, writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
 import { firecrackerLaunch, jailerLaunch, spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -109,6 +111,13 @@ export class FirecrackerRuntime implements Runtime {
     return fc.path;
   }
 
+  /** The guest kernel, or a clear error. */
+  private kernel(): string {
+    const kernel = this.opts.kernel ?? findKernel(this.env, this.images);
+    if (!kernel) throw new Error(`no guest kernel found: set LOCALE2B_KERNEL or build one into ${join(this.images, "kernels")} (${SETUP_HINT})`);
+    return kernel;
+  }
+
   private launcher(sandboxId: string, layout: VmLayout, jail: JailSpec | undefined): () => Launch {
     return () => {
       const env = this.opts.vmmEnv ? { ...this.opts.vmmEnv } : undefined;
@@ -120,14 +129,36 @@ export class FirecrackerRuntime implements Runtime {
   }
 
   async create(spec: InstanceSpec): Promise<FirecrackerInstance> {
-    const { sandboxId, log } = spec;
-    const bin = this.binary();
-    const kernel = this.opts.kernel ?? findKernel(this.env, this.images);
-    if (!kernel) throw new Error(`no guest kernel found: set LOCALE2B_KERNEL or build one into ${join(this.images, "kernels")} (${SETUP_HINT})`);
+    this.binary();
+    this.kernel();
     const image = findTemplateImage(spec.templateId, this.images);
     if (!image || !existsSync(image.rootfsImage)) {
       throw new Error(`template '${spec.templateId}' has no rootfs.ext4 in ${join(this.images, "templates")}: build the template first (${SETUP_HINT})`);
     }
+    return this.boot(spec, image.rootfsImage);
+  }
+
+  /**
+   * A sandbox from a snapshot one of this runtime's VMs took (snapshots.ts):
+   * filesystem-only, a fresh boot on a copy of its disk; memory, the VM
+   * restored from it (restore.ts), its processes running on.
+   */
+  async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<FirecrackerInstance> {
+    const meta = readSnapshotMeta(from.dir, from.kind);
+    if (from.kind === "filesystem") return this.boot(spec, join(from.dir, SNAPSHOT_DISK));
+    const bin = this.binary();
+    const jail = this.useJailer ? jailSpec(bin, this.env) : undefined;
+    const layout = vmLayout(spec.dir, spec.sandboxId, jail);
+    const launch = this.launcher(spec.sandboxId, layout, jail);
+    launch();
+    return restoreVm({ spec, from: from.dir, meta, layout, launch, jail, kernel: this.opts.kernel ?? findKernel(this.env, this.images), apiTimeoutMs: this.opts.apiTimeoutMs });
+  }
+
+  /** A fresh boot of the guest kernel on a copy of `disk` (the template's image, or a filesystem snapshot's). */
+  private async boot(spec: InstanceSpec, disk: string): Promise<FirecrackerInstance> {
+    const { sandboxId, log } = spec;
+    const bin = this.binary();
+    const kernel = this.kernel();
     const jail = this.useJailer ? jailSpec(bin, this.env) : undefined;
     const layout = vmLayout(spec.dir, sandboxId, jail);
     const launch = this.launcher(sandboxId, layout, jail);
@@ -141,12 +172,10 @@ export class FirecrackerRuntime implements Runtime {
     try {
       mkdirSync(spec.dir, { recursive: true });
       mkdirSync(layout.root, { recursive: true });
-      await copyRootfs(image.rootfsImage, rootfs, log);
+      await copyRootfs(disk, rootfs, log);
       await growRootfs(rootfs, spec.diskSizeMB * MiB, log);
       const kernelPath = jail ? prepareJail(layout, jail, kernel) : kernel;
-      if (spec.allowInternetAccess || spec.egress) tap = await createTap(sandboxId, jail?.uid, log);
-      if (tap && spec.egress) await applyPolicy(tap.name, sandboxId, spec.egress, log);
-      else if (tap) await ensureTable(log).catch((err: Error) => log.warn({ err: err.message }, "no NAT for sandbox networks: the VM may not reach the internet"));
+      if (spec.allowInternetAccess || spec.egress) tap = await vmNetwork(spec, jail?.uid);
       rmSync(layout.host("apiSock"), { force: true });
       rmSync(layout.host("vsock"), { force: true });
 

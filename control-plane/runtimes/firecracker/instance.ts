@@ -1,19 +1,21 @@
 import type { ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import { tailLines } from "../../host/log-tail.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { isRunning, procStat } from "../process/procfs.js";
 import { DeathWatch } from "../death-watch.js";
-import type { Instance, InstanceStats } from "../runtime.js";
+import type { GuestIdentity, Instance, InstanceStats, SnapshotKind } from "../runtime.js";
 import { FirecrackerApi } from "./api-client.js";
 import { consoleLines } from "./console-log.js";
-import { diskUsage } from "./disk.js";
+import { copyRootfs, diskUsage } from "./disk.js";
 import { resetJail } from "./jail.js";
 import type { VmLayout } from "./layout.js";
 import { deleteTap, restoreTap } from "./network.js";
 import { applyPolicy, releaseDevice } from "../net/nft.js";
 import type { EgressPolicy } from "../net/policy.js";
+import { moveFile, placeFile, SNAPSHOT_DISK, SNAPSHOT_MEMORY, SNAPSHOT_VMSTATE, writeSnapshotMeta } from "./snapshots.js";
 import { toRecord, writeStateFile, type PersistedFirecracker } from "./state.js";
 import { spawnVmm, stopVmm, waitForSocket, type Launch, type VmmProcess } from "./vmm-process.js";
 
@@ -30,6 +32,8 @@ export interface FirecrackerInstanceInit {
   log: Logger;
   /** Set when this control plane started the process: its exit is noticed at once. */
   child?: ChildProcess;
+  /** Restored from another sandbox's memory snapshot: who the guest must become. */
+  restoredGuest?: GuestIdentity;
 }
 
 function exitReason(code: number | null, signal: NodeJS.Signals | null): string {
@@ -47,6 +51,7 @@ export class FirecrackerInstance implements Instance {
   readonly socketPath: string;
   /** A resume restores a snapshot into a new process: every vsock connection is reset, pools must redial. */
   readonly pauseConnections = "drop";
+  readonly restoredGuest?: GuestIdentity;
   private readonly rec: PersistedFirecracker;
   private readonly deaths: DeathWatch;
   private killed = false;
@@ -58,6 +63,7 @@ export class FirecrackerInstance implements Instance {
     this.rec = { ...o.record };
     this.sandboxId = o.record.sandboxId;
     this.socketPath = o.record.vsock;
+    this.restoredGuest = o.restoredGuest;
     if (o.child) this.follow(o.child, this.rec.pid);
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!this.busy && !this.rec.paused && !isRunning(this.rec.pid, this.rec.startTime)) this.died("firecracker exited");
@@ -197,6 +203,9 @@ export class FirecrackerInstance implements Instance {
           snapshot_path: layout.vm("vmstate"),
           mem_backend: { backend_type: "File", backend_path: layout.vm("memory") },
           resume_vm: true,
+          // This VM's own socket and tap: the snapshot may be another sandbox's (a fork).
+          vsock_override: { uds_path: layout.vm("vsock") },
+          ...(this.rec.tap ? { network_overrides: [{ iface_id: "eth0", host_dev_name: this.rec.tap.name }] } : {}),
         });
         await waitForSocket(this.rec.vsock, vmm, layout.console, "the vsock socket", 5_000, false);
       } catch (err) {
@@ -219,6 +228,61 @@ export class FirecrackerInstance implements Instance {
     }
   }
 
+  snapshotKinds(): SnapshotKind[] {
+    return ["filesystem", "memory"];
+  }
+
+  /**
+   * A snapshot into `dest` (snapshots.ts). Running: the VM is paused for the
+   * capture (a memory snapshot into <dir>/capture, then a reflink copy of
+   * the disk, so both are of one instant) and resumed afterwards, whatever
+   * happened. Paused: its snapshot files and disk are linked and copied.
+   * A filesystem-only snapshot is the disk as a power cut at that instant
+   * would leave it (what the guest still caches is not in it; ext4's journal
+   * recovers it at the next boot), as on qemu.
+   */
+  async snapshot(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void> {
+    if (this.killed) throw new Error("the microVM was killed");
+    const { log, layout } = this.o;
+    const disk = join(dest, SNAPSHOT_DISK);
+    if (this.rec.paused) {
+      await copyRootfs(this.rec.rootfs, disk, log);
+      if (opts.kind === "memory") {
+        placeFile(this.rec.snapshot.vmstate, join(dest, SNAPSHOT_VMSTATE));
+        placeFile(this.rec.snapshot.memory, join(dest, SNAPSHOT_MEMORY));
+      }
+    } else {
+      const api = this.api();
+      const capture = { vmstate: layout.host("captureVmstate"), memory: layout.host("captureMemory") };
+      const started = Date.now();
+      await api.pauseVm();
+      try {
+        if (opts.kind === "memory") {
+          mkdirSync(layout.host("captureDir"), { recursive: true });
+          rmSync(capture.vmstate, { force: true });
+          rmSync(capture.memory, { force: true });
+          await api.createSnapshot({ snapshot_type: "Full", snapshot_path: layout.vm("captureVmstate"), mem_file_path: layout.vm("captureMemory") });
+        }
+        await copyRootfs(this.rec.rootfs, disk, log);
+      } catch (err) {
+        rmSync(capture.vmstate, { force: true });
+        rmSync(capture.memory, { force: true });
+        throw err;
+      } finally {
+        await api.resumeVm().catch((err: unknown) => {
+          log.error({ err }, "cannot resume the microVM after its snapshot");
+          throw err;
+        });
+      }
+      log.debug({ kind: opts.kind, ms: Date.now() - started }, "microVM snapshotted (paused meanwhile)");
+      if (opts.kind === "memory") {
+        moveFile(capture.vmstate, join(dest, SNAPSHOT_VMSTATE));
+        moveFile(capture.memory, join(dest, SNAPSHOT_MEMORY));
+      }
+    }
+    writeSnapshotMeta(dest, { v: 1, kind: opts.kind, cpuCount: this.rec.cpuCount, memoryMB: this.rec.memoryMB, network: !!this.rec.tap });
+  }
+
   /** New egress rules on the VM's tap (they outlive the tap's removal while paused: they match its name). */
   async updateEgress(policy: EgressPolicy | undefined): Promise<void> {
     if (!this.rec.tap) throw new Error("this microVM was created without a network (allowInternetAccess: false and no egress policy)");
@@ -239,6 +303,7 @@ export class FirecrackerInstance implements Instance {
       this.removeSockets();
       rmSync(this.rec.rootfs, { force: true });
       rmSync(layout.host("snapshotDir"), { recursive: true, force: true });
+      rmSync(layout.host("captureDir"), { recursive: true, force: true });
       if (layout.jailDir) rmSync(layout.jailDir, { recursive: true, force: true });
       rmSync(layout.stateFile, { force: true });
     } catch (err) {

@@ -33,20 +33,24 @@ export function jailSpec(execFile: string, env: NodeJS.ProcessEnv = process.env)
 }
 
 /**
- * Puts the kernel in the jail (a hard link, or a copy across filesystems)
+ * Puts the kernel in the jail (a hard link, or a copy across filesystems;
+ * none for a snapshot restore, which boots nothing)
  * and makes the jail's root and disk the jailed user's. Returns the kernel's
  * path as Firecracker sees it.
  */
-export function prepareJail(layout: VmLayout, jail: JailSpec, kernel: string): string {
+export function prepareJail(layout: VmLayout, jail: JailSpec, kernel?: string): string {
   mkdirSync(layout.host("snapshotDir"), { recursive: true });
+  mkdirSync(layout.host("captureDir"), { recursive: true });
   const inJail = layout.host("kernel");
   rmSync(inJail, { force: true });
-  try {
-    linkSync(kernel, inJail);
-  } catch {
-    copyFileSync(kernel, inJail);
+  if (kernel) {
+    try {
+      linkSync(kernel, inJail);
+    } catch {
+      copyFileSync(kernel, inJail);
+    }
   }
-  for (const p of [layout.root, layout.host("rootfs"), layout.host("snapshotDir")]) chownSync(p, jail.uid, jail.gid);
+  for (const p of [layout.root, layout.host("rootfs"), layout.host("snapshotDir"), layout.host("captureDir")]) chownSync(p, jail.uid, jail.gid);
   return layout.vm("kernel");
 }
 

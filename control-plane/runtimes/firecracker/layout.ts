@@ -1,7 +1,11 @@
 // Where one microVM's files are, as the host sees them and as Firecracker is
-// told about them. Without the jailer both are the same absolute paths under
-// the sandbox's directory; with the jailer Firecracker runs chrooted in
-// <chroot base>/<exec name>/<id>/root and is given paths relative to that.
+// told about them. Firecracker is told paths relative to its working
+// directory, the sandbox's directory (only its API socket, which the host
+// matches in its command line, is absolute); with the jailer it runs chrooted
+// in <chroot base>/<exec name>/<id>/root and is given paths from that root.
+// Either way a snapshot records the disk and vsock socket as paths of
+// whichever VM loads it: a fork restored in another directory opens its own
+// disk copy, never its source's.
 import { basename, join } from "node:path";
 
 /** The files Firecracker works with, relative to its root. */
@@ -13,6 +17,10 @@ const FILES = {
   snapshotDir: "snapshot",
   vmstate: join("snapshot", "vmstate"),
   memory: join("snapshot", "memory"),
+  /** Where a memory snapshot of a running VM is written before it moves to the snapshot store. */
+  captureDir: "capture",
+  captureVmstate: join("capture", "vmstate"),
+  captureMemory: join("capture", "memory"),
 } as const;
 
 export type VmFile = keyof typeof FILES;
@@ -39,7 +47,7 @@ export interface VmLayout {
   jailDir?: string;
   /** A file as the host sees it. */
   host(file: VmFile): string;
-  /** The same file as Firecracker is told about it (inside the jail, relative to its root). */
+  /** The same file as Firecracker is told about it (relative to its working directory, or inside the jail). */
   vm(file: VmFile): string;
 }
 
@@ -51,7 +59,7 @@ export function vmLayout(dir: string, sandboxId: string, jail?: Pick<JailSpec, "
       stateFile: join(dir, "firecracker.json"),
       root: dir,
       host: (f) => join(dir, FILES[f]),
-      vm: (f) => join(dir, FILES[f]),
+      vm: (f) => (f === "apiSock" || f === "kernel" ? join(dir, FILES[f]) : FILES[f]),
     };
   }
   const jailDir = join(jail.chrootBase, basename(jail.execFile), sandboxId);

@@ -8,7 +8,8 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
 import { addresses, deleteDevice, deviceName, ip, withFreeIndex } from "../net/addresses.js";
-import { disableIpv6 } from "../net/nft.js";
+import { applyPolicy, disableIpv6, ensureTable, releaseDevice } from "../net/nft.js";
+import type { InstanceSpec } from "../runtime.js";
 import type { TapRecord } from "./state.js";
 import { setting } from "../../settings.js";
 
@@ -66,4 +67,24 @@ export async function restoreTap(rec: TapRecord, uid: number | undefined): Promi
 export async function deleteTap(name: string): Promise<void> {
   if (!existsSync(`/sys/class/net/${name}`)) return;
   await deleteDevice(name);
+}
+
+/**
+ * The tap of a new VM: filtered by the sandbox's egress policy when it has
+ * one, else NATed to the internet (`internet: false` with no policy: every
+ * destination denied, for a restored VM that has a network device it must
+ * keep although the new sandbox asked for no internet).
+ */
+export async function vmNetwork(spec: InstanceSpec, uid: number | undefined, internet = true): Promise<TapRecord> {
+  const { sandboxId, log } = spec;
+  const tap = await createTap(sandboxId, uid, log);
+  try {
+    const policy = spec.egress ?? (internet ? undefined : { allow: [], deny: ["0.0.0.0/0"] });
+    if (policy) await applyPolicy(tap.name, sandboxId, policy, log);
+    else await ensureTable(log).catch((err: Error) => log.warn({ err: err.message }, "no NAT for sandbox networks: the VM may not reach the internet"));
+  } catch (err) {
+    await releaseDevice(tap.name, sandboxId);
+    throw err;
+  }
+  return tap;
 }
