@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { startEnvd } from "./main.js";
 import { ENVD_PORT, ENVD_VERSION } from "./version.js";
+import { installEnvdHeaders } from "./polyfill/headers.js";
 
 const HELP = `Usage: locale2b envd [options]
 
@@ -26,6 +27,7 @@ envd version ${ENVD_VERSION} (the E2B envd version whose features it implements)
 `;
 
 export async function runEnvdCommand(args: string[]): Promise<number> {
+  installEnvdHeaders(); // envd is this process: its own Headers, not undici's (polyfill/headers.ts)
   const { values } = parseArgs({
     args,
     options: {

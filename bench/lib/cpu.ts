@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /** Clock ticks per second for /proc/<pid>/stat times (USER_HZ, 100 on Linux). */
 const USER_HZ = 100;
@@ -19,4 +19,18 @@ export function processCpuSeconds(pid: number): number {
 export function selfCpuSeconds(): number {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e6;
+}
+
+/** The `--spawn-helper` child of an envd (rootfs/init/spawn.c), once envd has started one. */
+export function spawnHelperPid(envdPid: number): number | undefined {
+  try {
+    for (const task of readdirSync(`/proc/${envdPid}/task`)) {
+      for (const child of readFileSync(`/proc/${envdPid}/task/${task}/children`, "utf8").trim().split(/\s+/).filter(Boolean)) {
+        if (readFileSync(`/proc/${child}/cmdline`, "utf8").split("\0").includes("--spawn-helper")) return Number(child);
+      }
+    }
+  } catch {
+    // gone meanwhile
+  }
+  return undefined;
 }

@@ -1,5 +1,5 @@
 import { fromBinary, fromJsonString } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { createEndStreamSerialization, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ConnectRequestSchema, Process, StartRequestSchema, ConnectResponseSchema, StartResponseSchema } from "../../gen/ts/process/process_pb.js";
@@ -14,6 +14,13 @@ const START = `/${Process.typeName}/${Process.method.start.name}`;
 const CONNECT = `/${Process.typeName}/${Process.method.connect.name}`;
 const TYPES = { "application/connect+proto": true, "application/connect+json": false } as const;
 const endStream = createEndStreamSerialization({});
+/**
+ * Why a call's signal is aborted when it ends normally or its response
+ * closes: given as the reason so that no DOMException (and its stack) is
+ * made for every call.
+ */
+const CALL_DONE = new Error("the call ended");
+const RESPONSE_CLOSED = new Error("the response closed");
 
 /**
  * process.Process Start and Connect in the Connect streaming protocol over
@@ -99,10 +106,8 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   let message: unknown;
   const values = createContextValues();
   const header = new Headers();
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (typeof v === "string") header.set(k, v);
-    else if (Array.isArray(v)) for (const item of v) header.append(k, item);
-  }
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) header.append(raw[i]!, raw[i + 1]!);
   try {
     message = binary
       ? fromBinary(schema, data)
@@ -111,21 +116,50 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   } catch {
     return undefined;
   }
-  const aborter = new AbortController();
-  res.once("close", () => aborter.abort());
-  const hctx = createHandlerContext({
+  const hctx = callContext(method, timeout.timeoutMs, header, values, binary, `http://${req.headers.host ?? "localhost"}${req.url ?? ""}`);
+  res.once("close", () => hctx.abort(RESPONSE_CLOSED));
+  return { method, message, hctx };
+}
+
+/**
+ * The handler context connect-es's createHandlerContext would make, with
+ * one AbortController instead of three (its own, the deadline's, the
+ * request's, linked by listeners) and the request headers not copied
+ * again: per call, this is a measurable share of envd's CPU per command.
+ * Its signal aborts when the call ends, the response closes, or the
+ * deadline (Connect-Timeout-Ms) passes, with connect-es's reason for that.
+ */
+function callContext(
+  method: Call["method"],
+  timeoutMs: number | undefined,
+  requestHeader: Headers,
+  values: ReturnType<typeof createContextValues>,
+  binary: boolean,
+  url: string,
+): Call["hctx"] {
+  const controller = new AbortController();
+  const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+  const timer =
+    timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, timeoutMs));
+  return {
     service: Process,
     method: Process.method[method],
     protocolName: "connect",
     requestMethod: "POST",
-    timeoutMs: timeout.timeoutMs,
-    requestSignal: aborter.signal,
-    requestHeader: header,
-    url: `http://${req.headers.host ?? "localhost"}${req.url ?? ""}`,
-    responseHeader: { "content-type": binary ? "application/connect+proto" : "application/connect+json" },
-    contextValues: values,
-  });
-  return { method, message, hctx };
+    url,
+    signal: controller.signal,
+    timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
+    requestHeader,
+    responseHeader: new Headers({ "content-type": binary ? "application/connect+proto" : "application/connect+json" }),
+    responseTrailer: new Headers(),
+    values,
+    abort(reason?: unknown) {
+      clearTimeout(timer);
+      if (!controller.signal.aborted) controller.abort(reason);
+    },
+  } as Call["hctx"];
 }
 
 /**
@@ -211,7 +245,7 @@ async function serve(res: ServerResponse, call: Call, impl: ServiceImpl<typeof P
     if (res.destroyed) return;
     error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
   } finally {
-    hctx.abort(error);
+    hctx.abort(error ?? CALL_DONE);
   }
   wrote = true;
   res.end(endStreamEnvelope(endStream.serialize({ metadata: hctx.responseTrailer, error })));

@@ -71,6 +71,11 @@ static int build_env(const char **env, int cap, char *log_kv, size_t log_size)
 		if (!has_key(extra, ne, log_kv))
 			extra[ne++] = log_kv;
 	}
+	/* envd starts its processes through this binary's --spawn-helper (spawn.c). */
+	static char helper_kv[64];
+	snprintf(helper_kv, sizeof helper_kv, "LOCALE2B_SPAWN_HELPER=/proc/%d/exe", cfg.mode == MODE_VM ? 1 : (int)getpid());
+	if (!has_key(extra, ne, helper_kv))
+		extra[ne++] = helper_kv;
 	const char *base_vm[] = { "PATH=" DEFAULT_PATH, "HOME=/root", "TERM=linux", "LANG=C.UTF-8", NULL };
 	const char *path_only[] = { "PATH=" DEFAULT_PATH, NULL };
 	int n = 0;

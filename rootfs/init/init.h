@@ -13,7 +13,8 @@
  * Files: main.c (flags, event loop, shutdown), pid1.c (system set-up,
  * reaping, poweroff), envd.c (envd's supervision), listener.c (vsock or
  * hybrid-vsock listeners), bridge.c (the relay), forward.c (the forwarder's
- * request and its TCP connect).
+ * request and its TCP connect), spawn.c (`--spawn-helper`: starts envd's
+ * processes without forking envd).
  */
 #ifndef LOCALE2B_INIT_H
 #define LOCALE2B_INIT_H
@@ -192,6 +193,8 @@ void relay_ready(struct conn *c);
 
 /* sandbox.c: `--sandbox`, the process runtime's launcher (runs on the host as root) */
 int sandbox_main(int argc, char **argv);
+/* spawn.c: `--spawn-helper`, the process starter envd uses (spawn.c explains) */
+int spawn_helper_main(void);
 
 /* confine.c: the capability bounding set and the seccomp filter of a sandbox */
 int drop_capabilities(void);

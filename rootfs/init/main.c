@@ -355,6 +355,8 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--sandbox"))
 		return sandbox_main(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--spawn-helper"))
+		return spawn_helper_main();
 	cfg.pid1 = getpid() == 1;
 	parse_args(argc, argv);
 	if (cfg.mode == MODE_VM && (cfg.print_config || cfg.cmdline_file))

@@ -299,6 +299,7 @@ describe.skipIf(!hasGcc)("guest init, flags and VM mode", () => {
       "envd_arg=--workdir",
       "envd_arg=/home/user",
       "envd_env=LOCALE2B_LOG_LEVEL=debug",
+      "envd_env=LOCALE2B_SPAWN_HELPER=/proc/1/exe",
       "envd_env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       "envd_env=HOME=/root",
       "envd_env=TERM=linux",

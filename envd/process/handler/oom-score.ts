@@ -41,3 +41,9 @@ export function withChildOomScore<T>(spawn: () => T): T {
     write(base);
   }
 }
+
+/** Whether started processes get a higher score than envd's own (for a spawner that sets it in the child). */
+export function raisesChildOomScore(): boolean {
+  const base = ownScore();
+  return base !== null && base < CHILD_OOM_SCORE_ADJ;
+}

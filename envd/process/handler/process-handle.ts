@@ -1,12 +1,14 @@
 import type { IPty } from "@lydell/node-pty";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
+import type { EventEmitter } from "node:events";
 import { createRequire } from "node:module";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
-import { withChildOomScore } from "./oom-score.js";
+import { raisesChildOomScore, withChildOomScore } from "./oom-score.js";
+import { spawnHelper } from "./spawn-helper.js";
 import { spawnTurn } from "./spawn-turns.js";
 
 /**
@@ -39,8 +41,22 @@ export interface SpawnSpec {
   pty?: { cols: number; rows: number };
 }
 
-/** Starts a child with pipes; rejects with the spawn error (ENOENT, …) when it could not be started. */
-function spawnChild(spec: SpawnSpec): Promise<ChildProcess> {
+/** A started child as Node's ChildProcess or the spawn helper's stand-in for one presents it. */
+interface Child extends EventEmitter {
+  readonly pid?: number;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+}
+
+/**
+ * Starts a child with pipes, through the spawn helper where the init gave
+ * envd one (spawn-helper.ts), else with Node; rejects with the spawn error
+ * (ENOENT, …) when it could not be started.
+ */
+async function spawnChild(spec: SpawnSpec): Promise<Child> {
+  const helper = await spawnHelper();
+  if (helper) return helper.spawn({ ...spec, oom: raisesChildOomScore() });
   const child = withChildOomScore(() => spawn(spec.cmd, spec.args, {
     cwd: spec.cwd,
     env: spec.env,
@@ -49,7 +65,7 @@ function spawnChild(spec: SpawnSpec): Promise<ChildProcess> {
     stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe"],
     detached: true,
   }));
-  return new Promise((resolve, reject) => {
+  return new Promise<Child>((resolve, reject) => {
     child.once("spawn", () => resolve(child));
     child.once("error", reject);
   });
@@ -73,7 +89,7 @@ export class ProcessHandle {
   exit: ExitStatus | undefined;
   readonly done: Promise<ExitStatus>;
 
-  private readonly child: ChildProcess | undefined;
+  private readonly child: Child | undefined;
   private readonly pty: IPty | undefined;
   private stdinOpen: boolean;
   private signalled = false;
@@ -82,7 +98,7 @@ export class ProcessHandle {
   private deadline: NodeJS.Timeout | undefined;
   private resolveDone!: (s: ExitStatus) => void;
 
-  private constructor(spec: SpawnSpec, child: ChildProcess | undefined, pty: IPty | undefined) {
+  private constructor(spec: SpawnSpec, child: Child | undefined, pty: IPty | undefined) {
     this.child = child;
     this.pty = pty;
     this.isPty = pty !== undefined;
@@ -103,7 +119,7 @@ export class ProcessHandle {
       const failure = precheckExec(spec.cmd, spec.env.PATH);
       return ProcessHandle.spawnPty(failure ? reporter(spec, failure) : spec, spec.pty);
     }
-    let child: ChildProcess;
+    let child: Child;
     try {
       child = await spawnChild(spec);
     } catch (err) {
@@ -150,7 +166,7 @@ export class ProcessHandle {
     stream.on("error", () => undefined); // EPIPE etc.: the exit path reports the end
   }
 
-  private wireChild(child: ChildProcess): void {
+  private wireChild(child: Child): void {
     this.pump(child.stdout!, "stdout");
     this.pump(child.stderr!, "stderr");
     child.stdin?.on("error", () => undefined);
