@@ -121,6 +121,13 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   return { method, message, hctx };
 }
 
+/** How long the headers wait for the first event before they are sent alone. */
+const HEADERS_ALONE_AFTER_MS = 2;
+
+function isEnd(init: ResponseInit): boolean {
+  return (init as { event?: { event?: { case?: string } } }).event?.event?.case === "end";
+}
+
 /**
  * The handler context connect-es's createHandlerContext would make, with
  * one AbortController instead of three (its own, the deadline's, the
@@ -217,11 +224,12 @@ async function serve(res: ServerResponse, call: Call, impl: ServiceImpl<typeof P
   const headers: Record<string, string> = {};
   hctx.responseHeader.forEach((v, k) => (headers[k] = v));
   res.writeHead(200, headers);
-  // A first event that is not ready by the next turn (a spawn waiting its turn) gets the headers alone.
+  // The headers go with the first event (one write), or alone when it is not ready soon (a spawn
+  // waiting its turn): a client then sees its call accepted at once, whatever the queue.
   let wrote = false;
-  setImmediate(() => {
+  const flush = setTimeout(() => {
     if (!wrote && !res.destroyed) res.flushHeaders();
-  });
+  }, HEADERS_ALONE_AFTER_MS);
   const events = (call.method === "start"
     ? impl.start(call.message as never, hctx)
     : impl.connect(call.message as never, hctx)) as AsyncIterable<ResponseInit>;
@@ -230,6 +238,9 @@ async function serve(res: ServerResponse, call: Call, impl: ServiceImpl<typeof P
   try {
     for await (const init of events) {
       wrote = true;
+      clearTimeout(flush);
+      // The end event and the end of the stream leave in one write (uncorked after res.end below).
+      if (isEnd(init)) res.cork();
       const out = dataOf(init);
       let chunk: Buffer;
       let backing: Buffer | undefined;
@@ -245,8 +256,10 @@ async function serve(res: ServerResponse, call: Call, impl: ServiceImpl<typeof P
     if (res.destroyed) return;
     error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
   } finally {
+    clearTimeout(flush);
     hctx.abort(error ?? CALL_DONE);
   }
   wrote = true;
   res.end(endStreamEnvelope(endStream.serialize({ metadata: hctx.responseTrailer, error })));
+  while (res.writableCorked > 0) res.uncork();
 }

@@ -57,6 +57,8 @@ interface Child extends EventEmitter {
 async function spawnChild(spec: SpawnSpec): Promise<Child> {
   const helper = await spawnHelper();
   if (helper) return helper.spawn({ ...spec, oom: raisesChildOomScore() });
+  // Node forks all of envd, synchronously: one fork per turn of the event loop (spawn-turns.ts).
+  await spawnTurn();
   const child = withChildOomScore(() => spawn(spec.cmd, spec.args, {
     cwd: spec.cwd,
     env: spec.env,
@@ -114,8 +116,8 @@ export class ProcessHandle {
    * `invalid_argument` when nothing can be started at all.
    */
   static async spawn(spec: SpawnSpec): Promise<ProcessHandle> {
-    await spawnTurn();
     if (spec.pty) {
+      await spawnTurn();
       const failure = precheckExec(spec.cmd, spec.env.PATH);
       return ProcessHandle.spawnPty(failure ? reporter(spec, failure) : spec, spec.pty);
     }

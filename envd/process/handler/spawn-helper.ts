@@ -23,6 +23,8 @@ const F_SETSID = 2;
 const F_OOM = 4;
 /** How often the processes of a helper that died are checked for their end (they are no longer reaped by it). */
 const ORPHAN_POLL_MS = 100;
+/** At the latest, the helper's copies of a started child's pipes are closed this long after envd opened its own. */
+const CLOSE_IDLE_MS = 25;
 /** A helper that keeps dying is given up for Node's own spawn. */
 const MAX_STARTS = 5;
 
@@ -140,30 +142,39 @@ class SpawnHelper {
       const req = frame(type, Buffer.concat([head, body]));
       this.proc.stdin!.write(this.closes.length ? Buffer.concat([...this.closes, req]) : req);
       this.closes = [];
+      clearTimeout(this.closeTimer);
+      this.closeTimer = undefined;
     });
   }
 
   /**
-   * CLOSE frames not sent yet: they go with the next request (one write for
-   * both), else at the end of this turn of the event loop. Soon matters: the
-   * helper's copies of a child's pipes hold its stdin open, and a spawn that
-   * changes uid waits in the helper until every earlier one is closed.
+   * CLOSE frames not sent yet. They go with the next request (one write for
+   * both), or at the end of this turn when something may be waiting for
+   * them: the child's stdin (its EOF needs the helper's copy closed) or a
+   * spawn already sent (in the helper, a uid-changing one waits for every
+   * earlier CLOSE); else within CLOSE_IDLE_MS.
    */
   private closes: Buffer[] = [];
-  private closeScheduled = false;
+  private closeImmediate = false;
+  private closeTimer: NodeJS.Timeout | undefined;
 
-  private closeLater(id: number): void {
+  private closeLater(id: number, stdin: boolean): void {
     const body = Buffer.alloc(4);
     body.writeUInt32LE(id, 0);
     this.closes.push(frame(T_CLOSE, body));
-    if (!this.closeScheduled) {
-      this.closeScheduled = true;
+    if ((stdin || this.answers.size > 0) && !this.closeImmediate) {
+      this.closeImmediate = true;
       setImmediate(() => this.flushCloses());
+    } else if (!this.closeTimer) {
+      this.closeTimer = setTimeout(() => this.flushCloses(), CLOSE_IDLE_MS);
+      this.closeTimer.unref();
     }
   }
 
   private flushCloses(): void {
-    this.closeScheduled = false;
+    this.closeImmediate = false;
+    clearTimeout(this.closeTimer);
+    this.closeTimer = undefined;
     if (this.closes.length === 0 || this.dead) return;
     this.proc.stdin!.write(this.closes.length === 1 ? this.closes[0]! : Buffer.concat(this.closes));
     this.closes = [];
@@ -205,7 +216,7 @@ class SpawnHelper {
   private onSpawned([id, pid, out, err, inp]: number[]): void {
     const a = this.take(id!);
     if (!a) {
-      if (pid! >= 0) this.closeLater(id! >>> 0); // nobody waits for it (never expected): the helper must not wait either
+      if (pid! >= 0) this.closeLater(id! >>> 0, true); // nobody waits for it (never expected): the helper must not wait either
       return;
     }
     if (pid! < 0) {
@@ -246,7 +257,7 @@ class SpawnHelper {
       this.broken = `cannot open the pipes of a process it started: ${(e as Error).message}`;
       a.reject(new Error(`cannot open the pipes of a process the spawn helper started: ${(e as Error).message}`));
     } finally {
-      this.closeLater(id! >>> 0);
+      this.closeLater(id! >>> 0, inp! >= 0);
     }
   }
 
