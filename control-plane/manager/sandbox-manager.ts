@@ -342,7 +342,8 @@ export class SandboxManager {
       if (inst) await inst.resume();
       else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
       this.connections.afterResume(rec.id, inst);
-      await pushInit(this.o.envd, rec, inst);
+      const back = inst; // a guest slow to come back (a VM under emulation, a busy host): its readiness budget, a second try
+      await pushInit(this.o.envd, rec, back).catch(() => this.waitReady(rec.id, back).then(() => pushInit(this.o.envd, rec, back)));
     } catch (err) {
       // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
       if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);

@@ -73,6 +73,18 @@ describe("manager lifecycle against a stand-in runtime", () => {
     expect((await sbx.commands.run("echo back")).stdout).toBe("back\n");
   });
 
+  it("a guest slow to answer after its resume gets its readiness budget, not a failed resume", async () => {
+    const rt = new StandInRuntime("drop");
+    const cp = await server(rt);
+    const id = await create(cp);
+    expect((await api(cp)("POST", `/sandboxes/${id}/pause`)).status).toBe(204);
+    rt.faults.unreachableAfterResumeMs = 1_500; // the first /init finds no envd; it is back within its budget
+    expect((await api(cp)("POST", `/sandboxes/${id}/connect`, { timeout: 60 })).status).toBe(201);
+    expect(await state(cp, id)).toBe("running");
+    const sbx = await Sandbox.connect(id, { ...sdkOpts(cp) });
+    expect((await sbx.commands.run("echo back")).stdout).toBe("back\n");
+  });
+
   it("a restart finishes a pause it cut short, kills a create it cut short, and buries a sandbox that died meanwhile", async () => {
     const rt = new StandInRuntime();
     const first = await server(rt);

@@ -4,7 +4,7 @@
 // control plane's real transport, /init and proxy run against it; the
 // runtime's own steps (pause, resume, death, adoption) are scripted by the
 // test through `faults` and `instances`.
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { startEnvd, type RunningEnvd } from "../../envd/main.js";
@@ -18,6 +18,8 @@ export interface Faults {
   resume?: Error;
   /** pause() waits for this before it returns (a pause cut short by a restart). */
   pauseGate?: Promise<void>;
+  /** After the next resume(), envd's socket is gone for this long (a guest slow to come back). */
+  unreachableAfterResumeMs?: number;
   /** createFromSnapshot() refuses with this (as qemu does when a snapshot's backing image is gone). */
   snapshotUnusable?: string;
 }
@@ -55,6 +57,12 @@ export class StandInInstance implements Instance {
     this.faults.resume = undefined;
     if (err) throw err;
     this.state = "running";
+    const away = this.faults.unreachableAfterResumeMs;
+    this.faults.unreachableAfterResumeMs = undefined;
+    if (away) {
+      renameSync(this.socketPath, `${this.socketPath}.away`);
+      setTimeout(() => renameSync(`${this.socketPath}.away`, this.socketPath), away);
+    }
   }
 
   async kill(): Promise<void> {
