@@ -71,9 +71,18 @@ static int build_env(const char **env, int cap, char *log_kv, size_t log_size)
 		if (!has_key(extra, ne, log_kv))
 			extra[ne++] = log_kv;
 	}
-	/* envd starts its processes through this binary's --spawn-helper (spawn.c). */
-	static char helper_kv[64];
-	snprintf(helper_kv, sizeof helper_kv, "LOCALE2B_SPAWN_HELPER=/proc/%d/exe", cfg.mode == MODE_VM ? 1 : (int)getpid());
+	/*
+	 * envd starts its processes through this binary's --spawn-helper
+	 * (spawn.c): by the path it was started as when envd can run it from
+	 * there (gVisor refuses /proc/1/exe), else through /proc/<pid>/exe (a
+	 * process-mode sandbox whose root does not hold the binary).
+	 */
+	static char helper_kv[4200];
+	const char *self = cfg.mode == MODE_VM ? GUEST_INIT : cfg.self;
+	if (self && self[0] == '/' && access(self, X_OK) == 0)
+		snprintf(helper_kv, sizeof helper_kv, "LOCALE2B_SPAWN_HELPER=%s", self);
+	else
+		snprintf(helper_kv, sizeof helper_kv, "LOCALE2B_SPAWN_HELPER=/proc/%d/exe", cfg.mode == MODE_VM ? 1 : (int)getpid());
 	if (!has_key(extra, ne, helper_kv))
 		extra[ne++] = helper_kv;
 	const char *base_vm[] = { "PATH=" DEFAULT_PATH, "HOME=/root", "TERM=linux", "LANG=C.UTF-8", NULL };

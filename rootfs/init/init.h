@@ -83,6 +83,7 @@ struct config {
 	long long epoch;           /* l2b.epoch= (VM), 0 when absent */
 	const char *envd_log;      /* --envd-log or l2b.envd_log= */
 	const char *envd_socket;   /* --envd-socket, else GUEST_ENVD_SOCKET */
+	const char *self;          /* argv[0]: where this binary is, for envd's spawn helper */
 	const char *envd_cmd;      /* --envd-cmd: replaces the default command */
 	const char *envd_args[MAX_ARGS];
 	int n_envd_args;

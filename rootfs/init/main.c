@@ -358,6 +358,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--spawn-helper"))
 		return spawn_helper_main();
 	cfg.pid1 = getpid() == 1;
+	cfg.self = argv[0];
 	parse_args(argc, argv);
 	if (cfg.mode == MODE_VM && (cfg.print_config || cfg.cmdline_file))
 		parse_kernel_cmdline();

@@ -56,6 +56,9 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
       expect(r.stdout).toMatch(/locale2b-init --hybrid-listen/);
       expect(r.stdout).toContain(sbx.sandboxId);
       expect(persisted().pid).toBeGreaterThan(0);
+      // Commands are started by the init's spawn helper (not a fork of envd), from the template's init binary.
+      const parent = await sbx.commands.run("tr '\\0' ' ' < /proc/$PPID/cmdline", { user: "root" });
+      expect(parent.stdout.trim()).toBe("/sbin/locale2b-init --spawn-helper");
     });
 
     it("reports CPU and memory from the host cgroup (gVisor's /proc reads zeros inside)", async () => {
