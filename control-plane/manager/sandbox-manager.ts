@@ -13,6 +13,7 @@ import type { EgressRules } from "../runtimes/net/policy.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
 import { adoptRecord } from "./adopt.js";
+import { initResumed, waitForEnvd } from "./envd-ready.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
@@ -67,13 +68,8 @@ export class SandboxManager {
     }
   }
 
-  /** Until the instance's envd answers; a VM is not dialed before its vsock is set up (Instance.vsockReady). */
   private waitReady(id: string, inst: Instance): Promise<void> {
-    return this.o.envd.waitReady(id, inst.socketPath, this.readyMs(inst), () => inst.alive(), () => inst.vsockReady?.() ?? true);
-  }
-
-  private readyMs(inst: Instance): number {
-    return Math.max(this.o.readyTimeoutMs, inst.readyTimeoutMs ?? 0);
+    return waitForEnvd(this.o.envd, id, inst, this.o.readyTimeoutMs);
   }
 
   get runtimeName(): string { return this.o.runtime.name; }
@@ -342,8 +338,7 @@ export class SandboxManager {
       if (inst) await inst.resume();
       else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
       this.connections.afterResume(rec.id, inst);
-      const back = inst; // a guest slow to come back (a VM under emulation, a busy host): its readiness budget, a second try
-      await pushInit(this.o.envd, rec, back).catch(() => this.waitReady(rec.id, back).then(() => pushInit(this.o.envd, rec, back)));
+      await initResumed(this.o.envd, rec, inst, this.o.readyTimeoutMs);
     } catch (err) {
       // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
       if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);

@@ -9,7 +9,7 @@ import { copyRootfs, growRootfs } from "./disk.js";
 import { findFirecracker, findJailer, probeKvm, SETUP_HINT } from "./host.js";
 import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
-import { checkSocketPath, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
+import { checkSocketPath, removeVmFiles, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
 import { ipBootArg, vmNetwork } from "./network.js";
 import { missingTools, releaseDevice } from "../net/nft.js";
 import { restoreVm } from "./restore.js";
@@ -146,23 +146,24 @@ export class FirecrackerRuntime implements Runtime {
   async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<FirecrackerInstance> {
     const meta = readSnapshotMeta(from.dir, from.kind);
     if (from.kind === "filesystem") return this.boot(spec, join(from.dir, SNAPSHOT_DISK));
-    const bin = this.binary();
-    const jail = this.useJailer ? jailSpec(bin, this.env) : undefined;
+    const { jail, layout, launch } = this.vmFor(spec);
+    return restoreVm({ spec, from: from.dir, meta, layout, launch, jail, kernel: this.opts.kernel ?? findKernel(this.env, this.images), apiTimeoutMs: this.opts.apiTimeoutMs });
+  }
+
+  /** Where a new VM's files go (in a jail or not) and how its Firecracker starts; fails now, not after a disk copy, when the jailer is missing. */
+  private vmFor(spec: InstanceSpec): { jail: JailSpec | undefined; layout: VmLayout; launch: () => Launch } {
+    const jail = this.useJailer ? jailSpec(this.binary(), this.env) : undefined;
     const layout = vmLayout(spec.dir, spec.sandboxId, jail);
     const launch = this.launcher(spec.sandboxId, layout, jail);
     launch();
-    return restoreVm({ spec, from: from.dir, meta, layout, launch, jail, kernel: this.opts.kernel ?? findKernel(this.env, this.images), apiTimeoutMs: this.opts.apiTimeoutMs });
+    return { jail, layout, launch };
   }
 
   /** A fresh boot of the guest kernel on a copy of `disk` (the template's image, or a filesystem snapshot's). */
   private async boot(spec: InstanceSpec, disk: string): Promise<FirecrackerInstance> {
     const { sandboxId, log } = spec;
-    const bin = this.binary();
     const kernel = this.kernel();
-    const jail = this.useJailer ? jailSpec(bin, this.env) : undefined;
-    const layout = vmLayout(spec.dir, sandboxId, jail);
-    const launch = this.launcher(sandboxId, layout, jail);
-    launch(); // fails now, not after the disk copy, when the jailer is missing
+    const { jail, layout, launch } = this.vmFor(spec);
     checkSocketPath(layout.host("apiSock"));
     checkSocketPath(layout.host("vsock"));
 
@@ -218,9 +219,7 @@ export class FirecrackerRuntime implements Runtime {
       // Leave nothing behind: no process, no tap, no disk copy.
       if (vmm) await stopVmm(vmm.pid, vmm.startTime);
       if (tap) await releaseDevice(tap.name, sandboxId);
-      for (const f of ["apiSock", "vsock", "rootfs"] as const) rmSync(layout.host(f), { force: true });
-      rmSync(layout.stateFile, { force: true });
-      if (layout.jailDir) rmSync(layout.jailDir, { recursive: true, force: true });
+      removeVmFiles(layout);
       throw err;
     }
   }

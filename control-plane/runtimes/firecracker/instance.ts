@@ -11,7 +11,7 @@ import { FirecrackerApi } from "./api-client.js";
 import { consoleLines } from "./console-log.js";
 import { copyRootfs, diskUsage } from "./disk.js";
 import { resetJail } from "./jail.js";
-import type { VmLayout } from "./layout.js";
+import { removeVmFiles, type VmLayout } from "./layout.js";
 import { deleteTap, restoreTap } from "./network.js";
 import { applyPolicy, releaseDevice } from "../net/nft.js";
 import type { EgressPolicy } from "../net/policy.js";
@@ -300,12 +300,7 @@ export class FirecrackerInstance implements Instance {
     }
     if (this.rec.tap) await releaseDevice(this.rec.tap.name, this.sandboxId);
     try {
-      this.removeSockets();
-      rmSync(this.rec.rootfs, { force: true });
-      rmSync(layout.host("snapshotDir"), { recursive: true, force: true });
-      rmSync(layout.host("captureDir"), { recursive: true, force: true });
-      if (layout.jailDir) rmSync(layout.jailDir, { recursive: true, force: true });
-      rmSync(layout.stateFile, { force: true });
+      removeVmFiles(layout);
     } catch (err) {
       log.warn({ err }, "cannot remove the microVM's files");
     }

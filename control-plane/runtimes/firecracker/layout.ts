@@ -6,6 +6,7 @@
 // Either way a snapshot records the disk and vsock socket as paths of
 // whichever VM loads it: a fork restored in another directory opens its own
 // disk copy, never its source's.
+import { rmSync } from "node:fs";
 import { basename, join } from "node:path";
 
 /** The files Firecracker works with, relative to its root. */
@@ -85,4 +86,11 @@ export function checkSocketPath(path: string): void {
       `socket path ${path} is ${Buffer.byteLength(path)} bytes, more than the ${MAX_SOCKET_PATH} a Unix socket allows: use a shorter data dir (--data-dir)`,
     );
   }
+}
+
+/** Removes every file of the VM but its console log: sockets, disk, snapshot and capture files, the runtime's record, the jail. */
+export function removeVmFiles(l: VmLayout): void {
+  for (const f of ["apiSock", "vsock", "rootfs", "snapshotDir", "captureDir"] as const) rmSync(l.host(f), { recursive: true, force: true });
+  rmSync(l.stateFile, { force: true });
+  if (l.jailDir) rmSync(l.jailDir, { recursive: true, force: true });
 }

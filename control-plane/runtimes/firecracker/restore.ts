@@ -7,7 +7,7 @@
 // (`network_overrides`) and socket (`vsock_override`). The guest's kernel
 // still has its source's hostname and address: `restoredGuest` says what it
 // must become, and the control plane applies that through envd.
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { addresses } from "../net/addresses.js";
 import { releaseDevice } from "../net/nft.js";
@@ -15,7 +15,7 @@ import type { GuestIdentity, InstanceSpec } from "../runtime.js";
 import { copyRootfs } from "./disk.js";
 import { FirecrackerInstance } from "./instance.js";
 import { prepareJail } from "./jail.js";
-import { checkSocketPath, type JailSpec, type VmLayout } from "./layout.js";
+import { checkSocketPath, removeVmFiles, type JailSpec, type VmLayout } from "./layout.js";
 import { vmNetwork } from "./network.js";
 import { placeFile, SNAPSHOT_DISK, SNAPSHOT_MEMORY, SNAPSHOT_VMSTATE, type SnapshotMeta } from "./snapshots.js";
 import { writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
@@ -86,9 +86,7 @@ export async function restoreVm(r: RestoreRequest): Promise<FirecrackerInstance>
     // Leave nothing behind: no process, no tap, no copies.
     if (inst) await inst.kill().catch(() => undefined);
     else if (tap) await releaseDevice(tap.name, sandboxId);
-    for (const f of ["rootfs", "snapshotDir", "apiSock", "vsock"] as const) rmSync(layout.host(f), { recursive: true, force: true });
-    rmSync(layout.stateFile, { force: true });
-    if (layout.jailDir) rmSync(layout.jailDir, { recursive: true, force: true });
+    removeVmFiles(layout);
     throw err;
   }
 }

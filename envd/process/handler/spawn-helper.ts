@@ -12,6 +12,7 @@ import { EventEmitter } from "node:events";
 import { closeSync, constants as fsc, openSync } from "node:fs";
 import net from "node:net";
 import { constants as osc } from "node:os";
+import { getSystemErrorName } from "node:util";
 import type { SpawnSpec } from "./process-handle.js";
 
 const T_SPAWN = 1;
@@ -28,7 +29,6 @@ const CLOSE_IDLE_MS = 25;
 /** A helper that keeps dying is given up for Node's own spawn. */
 const MAX_STARTS = 5;
 
-const ERRNO_NAMES = new Map(Object.entries(osc.errno).map(([name, n]) => [n, name]));
 const SIGNAL_NAMES = new Map(Object.entries(osc.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
 
 /** What to start (PTYs are node-pty's), and whether to raise its oom_score_adj to 500 (oom-score.ts). */
@@ -76,7 +76,7 @@ class HelperChild extends EventEmitter implements SpawnedChild {
 }
 
 function errnoError(errno: number, syscall: string, path: string): NodeJS.ErrnoException {
-  const code = ERRNO_NAMES.get(errno) ?? "EIO";
+  const code = getSystemErrorName(-errno);
   const err: NodeJS.ErrnoException = new Error(`${syscall} ${path} ${code}`);
   err.code = code;
   err.errno = -errno;
