@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/vm_sockets.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -55,21 +56,30 @@ static int open_hybrid(void)
 		ilog("listening on fd %d (hybrid vsock, ports %u%s)", fd, ENVD_PORT, cfg.forward_ports ? " and 49982" : "");
 		return fd;
 	}
+	/*
+	 * Bound and listening under a temporary name, then renamed into place: the
+	 * socket appears at its path only once it accepts. The host may move it away
+	 * as soon as it appears (gVisor: out of the directory the sandbox shares),
+	 * and a bind that is still settling then fails (gVisor looks the new socket
+	 * up by name after its gofer created it: ENOENT, and PID 1 had no listener).
+	 */
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	if (strlen(cfg.hybrid_path) >= sizeof sun.sun_path) {
+	if (snprintf(sun.sun_path, sizeof sun.sun_path, "%s.tmp", cfg.hybrid_path) >= (int)sizeof sun.sun_path) {
 		ilog("--hybrid-listen %s: path too long for a Unix socket", cfg.hybrid_path);
 		return -1;
 	}
-	strcpy(sun.sun_path, cfg.hybrid_path);
 	struct stat st;
-	if (lstat(cfg.hybrid_path, &st) == 0 && S_ISSOCK(st.st_mode))
-		unlink(cfg.hybrid_path); /* a stale socket from an earlier run */
+	if (lstat(sun.sun_path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(sun.sun_path); /* left by an earlier run */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) < 0 || chmod(cfg.hybrid_path, 0660) < 0 ||
-	    listen(fd, 4096) < 0) {
-		ilog("cannot listen on %s: %s", cfg.hybrid_path, strerror(errno));
+	bool bound = fd >= 0 && bind(fd, (struct sockaddr *)&sun, sizeof sun) == 0;
+	if (!bound || chmod(sun.sun_path, 0660) < 0 || listen(fd, 4096) < 0 || rename(sun.sun_path, cfg.hybrid_path) < 0) {
+		int err = errno;
+		if (bound)
+			unlink(sun.sun_path); /* ours; never what was there before */
 		if (fd >= 0)
 			close(fd);
+		ilog("cannot listen on %s: %s", cfg.hybrid_path, strerror(err));
 		return -1;
 	}
 	if (cfg.forward_ports)

@@ -352,6 +352,38 @@ describe.skipIf(!hasGcc)("guest init, flags and VM mode", () => {
     expect(await first.exited).toEqual({ code: 0, signal: null });
   });
 
+  // The host may move the socket away the moment it appears (gVisor's control plane renames it out of
+  // the directory the sandbox shares); a bind still settling in gVisor then failed with ENOENT and
+  // PID 1 exited. So it appears only once it listens: bound and listening as <path>.tmp, then renamed.
+  const strace = which("strace");
+  it.skipIf(!strace)(`the hybrid socket appears at its path only once it listens${strace ? "" : " [skipped: no strace]"}`, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "l2b-init-sock-"));
+    try {
+      const sock = join(dir, "host.sock");
+      writeFileSync(`${sock}.tmp`, ""); // a leftover that is not a socket: never removed, so the bind fails
+      const trace = join(dir, "trace");
+      const args = ["--no-mounts", "--hybrid-listen", sock, "--envd-cmd", "/bin/sleep", "--envd-arg", "1000"];
+      const refused = startInit(strace!, ["-f", "-qq", "-o", trace, "-e", "trace=bind,listen,rename", binary, ...args]);
+      expect((await refused.exited).code).toBe(1);
+      expect(refused.log()).toMatch(/cannot listen on .*host\.sock: Address already in use/);
+      expect(existsSync(sock)).toBe(false);
+
+      rmSync(`${sock}.tmp`);
+      const init = startInit(strace!, ["-f", "-qq", "-o", trace, "-e", "trace=bind,listen,rename", binary, ...args]);
+      await init.waitForLog(/listening on unix:.*host\.sock/);
+      const lines = readFileSync(trace, "utf8").split("\n").filter(Boolean);
+      expect(lines.map((l) => /(bind|listen|rename)\(/.exec(l)?.[1])).toEqual(["bind", "listen", "rename"]);
+      expect(lines[0]).toContain(`sun_path="${sock}.tmp"`);
+      expect(lines[2]).toContain(`rename("${sock}.tmp", "${sock}") = 0`);
+      expect(statSync(sock).isSocket()).toBe(true);
+      expect(existsSync(`${sock}.tmp`)).toBe(false);
+      process.kill(Number(lines[0]!.split(" ")[0]), "SIGTERM"); // the init (strace's first line names it), not strace
+      expect((await init.exited).code).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   const unshare = which("unshare");
   const asRoot = process.getuid?.() === 0;
   it.skipIf(!asRoot || !unshare)("runs VM mode as PID 1 of a pid namespace: set-up, envd, SIGTERM, power-off", async () => {

@@ -4,6 +4,7 @@
 // nothing but that folder.
 import { execFile, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { findExecutable } from "../../host/executables.js";
 import { setting } from "../../settings.js";
@@ -64,7 +65,10 @@ export class Runsc {
 
   private globals(): string[] {
     const platform = runscPlatform();
-    return ["--root", this.root, ...(platform ? [`--platform=${platform}`] : [])];
+    // runsc writes a file per command (run, restore, checkpoint, boot, gofer) in the folder.
+    const debugDir = setting("LOCALE2B_RUNSC_DEBUG_LOG");
+    const debug = debugDir ? ["--debug", `--debug-log=${join(debugDir, this.id)}/`] : [];
+    return ["--root", this.root, ...(platform ? [`--platform=${platform}`] : []), ...debug];
   }
 
   /** Runs a short runsc command; its error says runsc's own words. */
