@@ -11,9 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureInitBinary } from "../../control-plane/images/guest-init.js";
 import { imagesDir } from "../../control-plane/images/layout.js";
 import { installEnvdHeaders } from "../../envd/polyfill/headers.js";
+import { readBufferStats } from "../../envd/process/handler/pooled-pipe.js";
 import { resetSpawnHelper, spawnHelper, spawnHelperUnusable } from "../../envd/process/handler/spawn-helper.js";
 import { basicAuth, clients, startTestEnvd, type TestEnvd } from "../helpers/envd.js";
-import { run } from "../helpers/process.js";
+import { readUntil, run } from "../helpers/process.js";
 import { freePort, startHttpChild } from "../../bench/lib/envd.js";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -93,6 +94,30 @@ describe("the spawn helper itself", () => {
     } finally {
       await child.stop();
     }
+  });
+
+  it("output is read into pooled buffers: every byte arrives in order, two clients at once, and every buffer goes back", async () => {
+    const { process: proc } = clients(envd.url, "connect-binary");
+    const { process: json } = clients(envd.url, "connect-json");
+    // 1..400000 on stdout (2.7 MB, big reads) and a line per 50000 on stderr (small ones, copied).
+    const script = "seq 1 400000; for i in 1 2 3 4 5 6 7 8; do echo err$i >&2; done";
+    const want = Array.from({ length: 400000 }, (_, i) => `${i + 1}\n`).join("");
+    const [a, b] = await Promise.all([run(proc, script), run(json, script)]);
+    for (const r of [a, b]) {
+      expect(r.stdout.length).toBe(want.length);
+      expect(r.stdout === want).toBe(true);
+      expect(r.stderr).toBe("err1\nerr2\nerr3\nerr4\nerr5\nerr6\nerr7\nerr8\n");
+    }
+    // A client that goes away mid-stream: what was queued for it goes back too.
+    const abort = new AbortController();
+    const it = proc.start({ process: { cmd: "/bin/sh", args: ["-c", "seq 1 100000000"], envs: {} } }, { signal: abort.signal })[Symbol.asyncIterator]();
+    await readUntil(it, (text) => text.length > 1 << 20);
+    await expect.poll(() => readBufferStats().lent).toBeGreaterThan(8); // this client reads no more: its queue fills
+    abort.abort();
+    await it.next().catch(() => undefined);
+    await run(proc, "pkill -f 'seq 1 100000000'; true");
+    await expect.poll(() => readBufferStats().lent, { timeout: 10_000 }).toBe(0);
+    expect(readBufferStats().kept).toBeGreaterThan(0);
   });
 
   it("a helper that dies: running processes are seen to end, the next command starts a new one", async () => {

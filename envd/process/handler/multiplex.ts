@@ -7,6 +7,11 @@
  */
 export interface Sized {
   size: number;
+  /**
+   * Called once every subscriber is done with the item (a pooled buffer goes
+   * back): when the next item is asked for, or the subscriber closes.
+   */
+  release?: () => void;
 }
 
 const HIGH_WATER_BYTES = 1 << 20;
@@ -19,6 +24,8 @@ export class Subscriber<T extends Sized> {
   private ended = false;
   private wake: (() => void) | undefined;
   private drainWaiters: (() => void)[] = [];
+  /** The item last handed out: its consumer is done with it once it asks for the next. */
+  private held: T | undefined;
 
   constructor(private readonly onClose: (s: Subscriber<T>) => void) {}
 
@@ -46,11 +53,13 @@ export class Subscriber<T extends Sized> {
    * `timeoutMs` without anything. Rejects when `signal` aborts.
    */
   async next(timeoutMs: number, signal: AbortSignal): Promise<Next<T>> {
+    this.letGo();
     for (;;) {
       const item = this.queue.shift();
       if (item) {
         this.queuedBytes -= item.size;
         if (this.queuedBytes < HIGH_WATER_BYTES && this.drainWaiters.length) this.releaseDrainWaiters();
+        this.held = item;
         return { kind: "item", item };
       }
       if (this.ended) return { kind: "end" };
@@ -79,11 +88,18 @@ export class Subscriber<T extends Sized> {
 
   /** Unsubscribes; anything still queued is dropped and the producer is released. */
   close(): void {
+    this.letGo();
+    for (const item of this.queue) item.release?.();
     this.queue.length = 0;
     this.queuedBytes = 0;
     this.ended = true;
     this.releaseDrainWaiters();
     this.onClose(this);
+  }
+
+  private letGo(): void {
+    this.held?.release?.();
+    this.held = undefined;
   }
 
   private releaseDrainWaiters(): void {
@@ -113,6 +129,15 @@ export class Multiplexer<T extends Sized> {
    * promise that resolves when every full one has drained.
    */
   publish(item: T): Promise<void> | undefined {
+    const release = item.release;
+    if (release) {
+      let refs = this.subscribers.size;
+      if (refs === 0) {
+        release();
+        return undefined;
+      }
+      if (refs > 1) item.release = () => void (--refs === 0 && release());
+    }
     let full: Subscriber<T>[] | undefined;
     for (const s of this.subscribers) {
       if (!s.push(item)) (full ??= []).push(s);

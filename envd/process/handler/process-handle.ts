@@ -8,6 +8,7 @@ import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
 import { raisesChildOomScore, withChildOomScore } from "./oom-score.js";
+import type { PooledPipe } from "./pooled-pipe.js";
 import { spawnHelper } from "./spawn-helper.js";
 import { spawnTurn } from "./spawn-turns.js";
 
@@ -47,6 +48,8 @@ interface Child extends EventEmitter {
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
+  /** The spawn helper's children: output read into pooled buffers. */
+  readonly output?: { stdout: PooledPipe; stderr: PooledPipe };
 }
 
 /**
@@ -157,20 +160,23 @@ export class ProcessHandle {
     return handle;
   }
 
-  private pump(stream: Readable, kind: OutputKind): void {
-    stream.on("data", (chunk: Buffer) => {
-      const wait = this.mux.publish({ kind, data: chunk, size: chunk.length });
-      if (wait) {
-        stream.pause();
-        void wait.then(() => stream.resume());
-      }
-    });
+  /** Publishes `stream`'s output; a full subscriber pauses it until every one has drained. */
+  private pump(stream: Readable, kind: OutputKind, pooled?: PooledPipe): void {
+    const publish = (data: Buffer, release?: () => void, size = data.length): boolean => {
+      const wait = this.mux.publish({ kind, data, size, release });
+      if (!wait) return true;
+      stream.pause();
+      void wait.then(() => stream.resume());
+      return false;
+    };
+    if (pooled) pooled.attach(publish);
+    else stream.on("data", (chunk: Buffer) => void publish(chunk));
     stream.on("error", () => undefined); // EPIPE etc.: the exit path reports the end
   }
 
   private wireChild(child: Child): void {
-    this.pump(child.stdout!, "stdout");
-    this.pump(child.stderr!, "stderr");
+    this.pump(child.stdout!, "stdout", child.output?.stdout);
+    this.pump(child.stderr!, "stderr", child.output?.stderr);
     child.stdin?.on("error", () => undefined);
     child.once("exit", (code, signal) => {
       this.exitedStatus = exitStatus(code, signal);

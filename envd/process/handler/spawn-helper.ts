@@ -14,6 +14,7 @@ import net from "node:net";
 import { constants as osc } from "node:os";
 import { getSystemErrorName } from "node:util";
 import type { SpawnSpec } from "./process-handle.js";
+import { PooledPipe } from "./pooled-pipe.js";
 
 const T_SPAWN = 1;
 const T_CLOSE = 2;
@@ -40,6 +41,8 @@ export interface SpawnedChild extends EventEmitter {
   readonly stdin: net.Socket | null;
   readonly stdout: net.Socket;
   readonly stderr: net.Socket;
+  /** stdout's and stderr's chunks, read into pooled buffers (their sockets emit no `data`). */
+  readonly output: { stdout: PooledPipe; stderr: PooledPipe };
 }
 
 class HelperChild extends EventEmitter implements SpawnedChild {
@@ -47,14 +50,19 @@ class HelperChild extends EventEmitter implements SpawnedChild {
   private open = 2;
   private exitEmitted = false;
 
+  readonly stdout: net.Socket;
+  readonly stderr: net.Socket;
+
   constructor(
     readonly pid: number,
-    readonly stdout: net.Socket,
-    readonly stderr: net.Socket,
+    readonly output: { stdout: PooledPipe; stderr: PooledPipe },
     readonly stdin: net.Socket | null,
   ) {
     super();
-    for (const s of [stdout, stderr]) s.once("close", () => (--this.open, this.maybeClose()));
+    const { stdout, stderr } = output;
+    this.stdout = stdout.socket;
+    this.stderr = stderr.socket;
+    for (const s of [this.stdout, this.stderr]) s.once("close", () => (--this.open, this.maybeClose()));
     this.once("exit", () => (this.exitEmitted = true));
   }
 
@@ -236,12 +244,7 @@ class SpawnHelper {
           // ENXIO: the child already ended and nobody reads its stdin any more.
         }
       }
-      const child = new HelperChild(
-        pid!,
-        new net.Socket({ fd: fds[0], readable: true, writable: false }),
-        new net.Socket({ fd: fds[1], readable: true, writable: false }),
-        stdin,
-      );
+      const child = new HelperChild(pid!, { stdout: new PooledPipe(fds[0]!), stderr: new PooledPipe(fds[1]!) }, stdin);
       this.children.set(pid!, child);
       child.once("exit", () => this.children.delete(pid!));
       // (an EXIT read right after this, in the same chunk, finds it here)
