@@ -1,9 +1,9 @@
 import { read } from "node:fs";
 
-/** Bytes per read: large reads mean few syscalls and few socket writes per GiB. */
-const CHUNK_BYTES = 256 * 1024;
-/** Buffers per transfer: one being read while the others wait in the socket. */
-const BUFFERS = 4;
+/** Bytes per read: large reads mean few syscalls, thread-pool hops and socket writes per GiB (1 MiB: 0.45 s of CPU per GiB here, 256 KiB: 0.6-0.9). */
+const CHUNK_BYTES = 1024 * 1024;
+/** Buffers per transfer: one being read while the other is in the socket (2 MiB at most, whatever the file). */
+const BUFFERS = 2;
 
 /** The part of a response this needs: a Writable that reports when a write was handed on. */
 export interface ByteSink {
