@@ -4,15 +4,17 @@ import { readdirSync, readFileSync } from "node:fs";
 const USER_HZ = 100;
 
 /**
- * CPU time a process has used so far (user + system, its own threads, not
- * its children), in seconds. On a shared machine this is steadier than wall
+ * CPU time a process has used so far (user + system, its own threads, and
+ * with `reapedChildren` the children it has waited for), in seconds. On a shared machine this is steadier than wall
  * time: it shows what a transfer costs, whatever else is running.
  */
-export function processCpuSeconds(pid: number): number {
+export function processCpuSeconds(pid: number, opts: { reapedChildren?: boolean } = {}): number {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   // Fields after the command name, which is in parentheses and may hold spaces.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / USER_HZ;
+  // utime, stime; then cutime, cstime: children it has waited for (envd's `--sendfile` senders).
+  const own = Number(fields[11]) + Number(fields[12]);
+  return (opts.reapedChildren ? own + Number(fields[13]) + Number(fields[14]) : own) / USER_HZ;
 }
 
 /** This process's CPU time so far (every thread), in seconds. */

@@ -15,6 +15,7 @@ import {
   parseRange,
 } from "./download-headers.js";
 import { sendFileRange } from "./file-sender.js";
+import { sendFileZeroCopy } from "./file-sendfile.js";
 import { authorizeFiles } from "./signature.js";
 
 /** gzip level for downloads: fast, as the bytes are usually headed over a network. */
@@ -108,7 +109,7 @@ export const handleDownload: RouteHandler = async (ctx, req, res, query) => {
     streaming = true;
     const { start, end } = range ?? { start: 0, end: size - 1 };
     try {
-      await sendFileRange(handle.fd, start, end, res);
+      if (!(await sendFileZeroCopy(handle.fd, start, end, res))) await sendFileRange(handle.fd, start, end, res);
     } catch {
       // Client went away or the read failed after the headers: the response is cut short (sendFileRange destroyed it).
     } finally {

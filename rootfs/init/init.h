@@ -14,7 +14,8 @@
  * reaping, poweroff), envd.c (envd's supervision), listener.c (vsock or
  * hybrid-vsock listeners), bridge.c (the relay), forward.c (the forwarder's
  * request and its TCP connect), spawn.c (`--spawn-helper`: starts envd's
- * processes without forking envd).
+ * processes without forking envd), sendfile.c (`--sendfile`: a large
+ * download's bytes from the file to envd's socket without copies).
  */
 #ifndef LOCALE2B_INIT_H
 #define LOCALE2B_INIT_H
@@ -196,6 +197,8 @@ void relay_ready(struct conn *c);
 int sandbox_main(int argc, char **argv);
 /* spawn.c: `--spawn-helper`, the process starter envd uses (spawn.c explains) */
 int spawn_helper_main(void);
+/* sendfile.c: `--sendfile OFFSET COUNT`, a file (stdin) to envd's socket (stdout) without copies */
+int sendfile_main(int argc, char **argv);
 
 /* confine.c: the capability bounding set and the seccomp filter of a sandbox */
 int drop_capabilities(void);

@@ -5,6 +5,7 @@
 // test/sdk/e2b-js-control-plane-envd.test.ts (process) and
 // test/vm/qemu-sdk.test.ts (a QEMU microVM).
 import { createHash } from "node:crypto";
+import http from "node:http";
 import {
   CommandExitError,
   FileType,
@@ -250,6 +251,26 @@ export function defineEnvdSuite(o: EnvdSuiteOptions): void {
       expect(received.digest("hex")).toBe(digest);
       expect((await sandbox.files.getInfo(path)).size).toBe(size);
       expect((await sandbox.commands.run(`sha256sum ${path}`)).stdout.split(" ")[0]).toBe(digest);
+      await sandbox.files.remove(path);
+    });
+
+    it("a large file downloaded without gzip (envd's sendfile path) arrives whole through the proxy", { timeout: 600_000 }, async () => {
+      const path = `${await fresh()}/big-identity.bin`;
+      // Past envd's sendfile threshold (16 MiB), odd-sized.
+      const r = await sandbox.commands.run(`head -c 17000001 /dev/urandom > ${path} && sha256sum ${path}`);
+      const digest = r.stdout.split(" ")[0];
+      const url = await sandbox.downloadUrl(path);
+      const got = await new Promise<{ status: number; encoding?: string; bytes: number; sha: string }>((resolve, reject) => {
+        // No Accept-Encoding (fetch would ask for gzip): identity, with a Content-Length.
+        http.get(url, (res) => {
+          const h = createHash("sha256");
+          let bytes = 0;
+          res.on("data", (c: Buffer) => ((bytes += c.length), h.update(c)));
+          res.on("end", () => resolve({ status: res.statusCode!, encoding: res.headers["content-encoding"], bytes, sha: h.digest("hex") }));
+          res.on("error", reject);
+        }).on("error", reject);
+      });
+      expect(got).toEqual({ status: 200, encoding: undefined, bytes: 17000001, sha: digest });
       await sandbox.files.remove(path);
     });
 
