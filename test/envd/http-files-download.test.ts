@@ -5,7 +5,7 @@ import http from "node:http";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { beforeAll, describe, expect, it } from "vitest";
-import { call, expectError, files, fresh, fx, MiB, useFilesEnvd } from "../helpers/http-files.js";
+import { call, expectError, files, fresh, fx, MiB, readSlowly, useFilesEnvd } from "../helpers/http-files.js";
 
 useFilesEnvd();
 
@@ -111,16 +111,7 @@ describe("GET /files", () => {
     });
 
     it("waits for a reader that pauses (back-pressure), and survives one that goes away", async () => {
-      const slow = await new Promise<Buffer>((resolve, reject) => {
-        http.get(fx.envd.url + files({ path: join(dir, "big.bin") }), (res) => {
-          const chunks: Buffer[] = [];
-          res.pause();
-          setTimeout(() => res.resume(), 300);
-          res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("end", () => resolve(Buffer.concat(chunks)));
-          res.on("error", reject);
-        }).on("error", reject);
-      });
+      const slow = await readSlowly(files({ path: join(dir, "big.bin") }));
       expect(sha(slow)).toBe(sha(big));
       await new Promise<void>((resolve, reject) => {
         const req = http.get(fx.envd.url + files({ path: join(dir, "big.bin") }), (res) => {

@@ -13,7 +13,7 @@ import { ensureInitBinary } from "../../control-plane/images/guest-init.js";
 import { imagesDir } from "../../control-plane/images/layout.js";
 import { SENDFILE_MIN_BYTES, zeroCopySends } from "../../envd/http/file-sendfile.js";
 import { resetSpawnHelper } from "../../envd/process/handler/spawn-helper.js";
-import { call, files, fresh, fx, MiB, useFilesEnvd } from "../helpers/http-files.js";
+import { call, files, fresh, fx, MiB, readSlowly, useFilesEnvd } from "../helpers/http-files.js";
 
 process.env.LOCALE2B_SPAWN_HELPER = await ensureInitBinary(imagesDir());
 resetSpawnHelper();
@@ -74,16 +74,7 @@ describe("GET /files with sendfile", () => {
   });
 
   it("waits for a reader that pauses, and a reader that goes away leaves no sender behind", async () => {
-    const slow = await new Promise<Buffer>((resolve, reject) => {
-      http.get(fx.envd.url + files({ path: join(dir, "big.bin") }), (res) => {
-        const chunks: Buffer[] = [];
-        res.pause();
-        setTimeout(() => res.resume(), 300);
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve(Buffer.concat(chunks)));
-        res.on("error", reject);
-      }).on("error", reject);
-    });
+    const slow = await readSlowly(files({ path: join(dir, "big.bin") }));
     expect(sha(slow)).toBe(sha(big));
 
     // A reader that stops reading (the sender blocks on a full socket), then goes away.

@@ -66,6 +66,20 @@ export function call(method: string, path: string, headers: Record<string, strin
   });
 }
 
+/** GET `path`, not reading for a moment after the headers (back-pressure on envd), then all of it. */
+export function readSlowly(path: string): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    http.get(fx.envd.url + path, (res) => {
+      const chunks: Buffer[] = [];
+      res.pause();
+      setTimeout(() => res.resume(), 300);
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve(Buffer.concat(chunks)));
+      res.on("error", reject);
+    }).on("error", reject);
+  });
+}
+
 export function files(params: Record<string, string>): string {
   return `/files?${new URLSearchParams(params)}`;
 }
