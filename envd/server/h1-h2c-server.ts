@@ -64,6 +64,14 @@ export class H1H2cServer {
         this.h2.emit("connection", socket);
       } else {
         this.h1.emit("connection", socket);
+        // The resume delivers the bytes put back before it announces itself: when they fill the request's
+        // buffer, the HTTP server pauses the socket (stopping its reads) and then, on the late `resume`
+        // event, starts reading again, with the stream still paused. Every later pause is then a no-op and
+        // a request body is read into memory as fast as it comes, whatever its handler does. Stop the
+        // reads again in that case, as the pause meant.
+        socket.once("resume", () => {
+          if (socket.readableFlowing === false) socket.emit("pause");
+        });
         socket.resume();
       }
     };
