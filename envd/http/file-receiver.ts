@@ -87,7 +87,7 @@ export function receiveInto(fd: number, req: IncomingMessage): Promise<void> {
 }
 
 /** writev until every byte of `buffers` is written (a short write goes on with the rest). */
-function writeAll(fd: number, buffers: Buffer[], done: (err: Error | null) => void): void {
+export function writeAll(fd: number, buffers: Buffer[], done: (err: Error | null) => void): void {
   writev(fd, buffers, (err, written) => {
     if (err) return done(err);
     if (written === 0) return done(new Error("the disk took no bytes of a write"));

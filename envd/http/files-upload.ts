@@ -47,7 +47,7 @@ export const handleUpload: RouteHandler = async (ctx, req, res, query) => {
       const file = await StagedFile.create(fixedDest, user, ctx.users);
       staged.push(file);
       if (body) await file.write(decode(body.stream, decoding));
-      else await file.receive(req);
+      else await file.receive(req, res);
     } else if (body && type === "multipart/form-data") {
       await receiveMultipart(ctx, req, decode(body.stream, decoding), fixedDest, user, staged);
     } else {

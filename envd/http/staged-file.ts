@@ -2,14 +2,14 @@ import { randomBytes } from "node:crypto";
 import { accessSync, constants, createWriteStream, lstatSync, mkdirSync, readlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { chmod, chown, copyFile, mkdir, open, realpath, stat, unlink } from "node:fs/promises";
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { replaceMetadata } from "../filesystem/xattr.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
-import { receiveInto } from "./file-receiver.js";
+import { receiveBody } from "./file-splice.js";
 import { AccessDenied, FsAccess } from "../auth/fs-access.js";
 import type { UserDb } from "../users.js";
 
@@ -129,13 +129,14 @@ export class StagedFile {
 
   /**
    * Writes a raw (identity) request body into the temporary file, straight
-   * from the socket (file-receiver.ts): the fast path of octet-stream uploads.
+   * from the socket (file-splice.ts, file-receiver.ts): the fast path of
+   * octet-stream uploads.
    */
-  async receive(req: IncomingMessage): Promise<void> {
+  async receive(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const handle = await open(this.tmp, "wx", this.tmp === this.target ? this.mode : 0o600);
     this.written = true;
     try {
-      await receiveInto(handle.fd, req);
+      await receiveBody(handle.fd, req, res);
     } finally {
       await handle.close().catch(() => undefined);
     }

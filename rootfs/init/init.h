@@ -15,7 +15,9 @@
  * hybrid-vsock listeners), bridge.c (the relay), forward.c (the forwarder's
  * request and its TCP connect), spawn.c (`--spawn-helper`: starts envd's
  * processes without forking envd), sendfile.c (`--sendfile`: a large
- * download's bytes from the file to envd's socket without copies).
+ * download's bytes from the file to envd's socket without copies), receive.c
+ * (`--receive`: a large upload's bytes from envd's socket to the file, the
+ * same way).
  */
 #ifndef LOCALE2B_INIT_H
 #define LOCALE2B_INIT_H
@@ -199,6 +201,9 @@ int sandbox_main(int argc, char **argv);
 int spawn_helper_main(void);
 /* sendfile.c: `--sendfile OFFSET COUNT`, a file (stdin) to envd's socket (stdout) without copies */
 int sendfile_main(int argc, char **argv);
+bool parse_u64(const char *s, unsigned long long *out);
+/* receive.c: `--receive COUNT`, envd's socket (stdin) to a file (stdout) with splice */
+int receive_main(int argc, char **argv);
 
 /* confine.c: the capability bounding set and the seccomp filter of a sandbox */
 int drop_capabilities(void);

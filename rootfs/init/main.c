@@ -359,6 +359,8 @@ int main(int argc, char **argv)
 		return spawn_helper_main();
 	if (argc > 1 && !strcmp(argv[1], "--sendfile"))
 		return sendfile_main(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--receive"))
+		return receive_main(argc, argv);
 	cfg.pid1 = getpid() == 1;
 	cfg.self = argv[0];
 	parse_args(argc, argv);

@@ -25,7 +25,8 @@
 #include <string.h>
 #include <sys/sendfile.h>
 
-static bool parse_u64(const char *s, unsigned long long *out)
+/* A decimal count or offset of a command line (`--sendfile`, `--receive`): digits only, no sign. */
+bool parse_u64(const char *s, unsigned long long *out)
 {
 	char *end;
 	errno = 0;

@@ -5,7 +5,7 @@
 // reader that goes away leaves no sender behind.
 import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import http from "node:http";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -13,7 +13,7 @@ import { ensureInitBinary } from "../../control-plane/images/guest-init.js";
 import { imagesDir } from "../../control-plane/images/layout.js";
 import { SENDFILE_MIN_BYTES, zeroCopySends } from "../../envd/http/file-sendfile.js";
 import { resetSpawnHelper } from "../../envd/process/handler/spawn-helper.js";
-import { call, files, fresh, fx, MiB, readSlowly, useFilesEnvd } from "../helpers/http-files.js";
+import { call, childrenWith, files, fresh, fx, MiB, readSlowly, useFilesEnvd } from "../helpers/http-files.js";
 
 process.env.LOCALE2B_SPAWN_HELPER = await ensureInitBinary(imagesDir());
 resetSpawnHelper();
@@ -21,19 +21,7 @@ useFilesEnvd();
 
 const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
 
-/** This process's children that are `--sendfile` senders. */
-function senders(): number[] {
-  const kids = readdirSync(`/proc/${process.pid}/task`).flatMap((t) =>
-    readFileSync(`/proc/${process.pid}/task/${t}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number),
-  );
-  return kids.filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes("--sendfile");
-    } catch {
-      return false;
-    }
-  });
-}
+const senders = () => childrenWith("--sendfile");
 
 describe("GET /files with sendfile", () => {
   let dir: string;

@@ -2,7 +2,7 @@
 // and http-files-download): a real envd acting for `user`, raw HTTP calls,
 // and checks of answers against E2B's envd OpenAPI spec.
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, chownSync, createReadStream, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, createReadStream, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -77,6 +77,20 @@ export function readSlowly(path: string): Promise<Buffer> {
       res.on("end", () => resolve(Buffer.concat(chunks)));
       res.on("error", reject);
     }).on("error", reject);
+  });
+}
+
+/** This process's children whose command line has `flag` (`--sendfile`, `--receive`: the init binary's file movers). */
+export function childrenWith(flag: string): number[] {
+  const kids = readdirSync(`/proc/${process.pid}/task`).flatMap((t) =>
+    readFileSync(`/proc/${process.pid}/task/${t}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number),
+  );
+  return kids.filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes(flag);
+    } catch {
+      return false;
+    }
   });
 }
 

@@ -274,6 +274,31 @@ export function defineEnvdSuite(o: EnvdSuiteOptions): void {
       await sandbox.files.remove(path);
     });
 
+    it("large octet-stream uploads arrive whole through the proxy: the SDK's (chunked) and one with a Content-Length (envd's splice path)", { timeout: 600_000 }, async () => {
+      const dir = await fresh();
+      // Past envd's splice threshold (16 MiB), odd-sized.
+      const data = Buffer.alloc(17_000_003);
+      for (let i = 0; i < data.length; i += 4096) data.writeUInt32LE((i * 2654435761) >>> 0, i);
+      const digest = createHash("sha256").update(data).digest("hex");
+      const sums = async (...paths: string[]) => (await sandbox.commands.run(`sha256sum ${paths.join(" ")}`)).stdout.split("\n").filter(Boolean).map((l) => l.split(" ")[0]);
+
+      // The SDK streams a Blob with Transfer-Encoding: chunked (envd copies it).
+      expect(await sandbox.files.write(`${dir}/sdk.bin`, new Blob([data]), { useOctetStream: true })).toMatchObject({ type: FileType.FILE });
+      // curl --data-binary, requests' data=: a Content-Length, which the proxy keeps (envd splices it).
+      const url = await sandbox.uploadUrl(`${dir}/raw.bin`);
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = http.request(url, { method: "POST", headers: { "content-type": "application/octet-stream", "content-length": String(data.length) } }, (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode!));
+        });
+        req.on("error", reject);
+        req.end(data);
+      });
+      expect(status).toBe(200);
+      expect(await sums(`${dir}/sdk.bin`, `${dir}/raw.bin`)).toEqual([digest, digest]);
+      await sandbox.files.remove(dir);
+    });
+
     it("signed uploadUrl()/downloadUrl() work with plain fetch and no sandbox headers", async () => {
       const dir = await fresh();
       await sandbox.files.write(`${dir}/down.txt`, "download me");
