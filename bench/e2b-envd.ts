@@ -174,7 +174,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
 
           await upload(envd.url, warm, out, Math.min(bytes, WARMUP_BYTES));
           await rm(out, { force: true });
-          // envd and what it waited for (ours: the --sendfile sender of a large download).
+          // envd and what it waited for (ours: the --receive receiver of a large upload, the --sendfile sender of a download).
           const filesCpu = () => processCpuSeconds(envd.pid, { reapedChildren: true });
           const gib = bytes / 2 ** 30;
           let cpu0 = filesCpu();
@@ -221,7 +221,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
     "ratio = ours / E2B envd (for MiB/s higher is better for ours; for ms, s and MiB lower is). Each value is the median over the\n" +
       "rounds of that round's value (exec and SDK: the round's median latency). envd CPU: user+system of the envd process itself\n" +
       "and, for ours, of the spawn helper that starts its processes (not of the commands) over all exec calls; per GiB of files: of envd\n" +
-      "and the children it waited for (ours: the `locale2b-init --sendfile` of a large download). Peak RSS: the highest VmRSS sampled every 50 ms during both streams.\n" +
+      "and the children it waited for (ours: `locale2b-init --receive` of a large upload, `--sendfile` of a download). Peak RSS: the highest VmRSS sampled every 50 ms during both streams.\n" +
       "commands.run: the E2B SDK (debug mode, sandboxUrl = that envd) runs `bash -l -c true` with HOME set to an empty directory.",
   );
   if (skipped) {
