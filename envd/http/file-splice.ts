@@ -111,13 +111,14 @@ export async function receiveBody(fd: number, req: IncomingMessage, res: ServerR
     receiver.once("error", () => resolve(undefined));
     receiver.once("close", (code, signal) => resolve(code ?? `killed by ${signal}`));
   });
+  if ((status === RECEIVED || status === WRITE_FAILED) && catchUpParser(req, socket, length - taken)) {
+    // The whole body was read: the connection goes on with the next request, after this one's answer.
+    res.shouldKeepAlive = keepAlive;
+    server._paused = false;
+    socket.resume();
+  }
   if (status === RECEIVED) {
     receives++;
-    if (catchUpParser(req, socket, length - taken)) {
-      res.shouldKeepAlive = keepAlive;
-      server._paused = false;
-      socket.resume();
-    }
     return;
   }
   if (status === undefined) {
