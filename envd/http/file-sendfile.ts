@@ -1,8 +1,7 @@
-import { spawn } from "node:child_process";
 import type { ServerResponse } from "node:http";
-import { Socket } from "node:net";
-import { spawnHelper } from "../process/handler/spawn-helper.js";
+import type { Socket } from "node:net";
 import { spawnTurn } from "../process/handler/spawn-turns.js";
+import { describeEnd, moverBinary, plainSocketFd, runMover } from "./file-mover.js";
 
 /**
  * Below this, a response is copied by envd (file-sender.ts): starting the
@@ -23,16 +22,13 @@ export function zeroCopySends(): number {
 }
 
 /**
- * The descriptor of a plain socket (TCP or Unix) under the response, if the
- * response writes straight to it (not queued behind an earlier response on
- * the connection); undefined for HTTP/2 or TLS.
+ * The descriptor of the plain socket under the response, if the response
+ * writes straight to it (not queued behind an earlier response on the
+ * connection); undefined for HTTP/2 or TLS.
  */
 function socketFd(res: ServerResponse): number | undefined {
-  const socket = res.socket;
-  if (!(socket instanceof Socket) || "encrypted" in socket) return undefined;
-  if ((socket as unknown as { _httpMessage?: unknown })._httpMessage !== res) return undefined;
-  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  return typeof fd === "number" && fd >= 0 ? fd : undefined;
+  if ((res.socket as unknown as { _httpMessage?: unknown } | null)?._httpMessage !== res) return undefined;
+  return plainSocketFd(res.socket);
 }
 
 /**
@@ -47,41 +43,33 @@ function socketFd(res: ServerResponse): number | undefined {
  */
 export async function sendFileZeroCopy(fd: number, start: number, end: number, res: ServerResponse): Promise<boolean> {
   const count = end - start + 1;
-  const binary = process.env.LOCALE2B_SPAWN_HELPER;
   const out = socketFd(res);
-  if (count < SENDFILE_MIN_BYTES || !binary || out === undefined || !(await spawnHelper())) return false;
+  if (count < SENDFILE_MIN_BYTES || out === undefined) return false;
+  const binary = await moverBinary();
+  if (!binary) return false;
   const socket = res.socket as Socket;
   // The headers go first, and alone: the sender writes on the same socket.
   res.flushHeaders();
   if (socket.writableLength > 0) await new Promise<void>((resolve) => socket.once("drain", resolve).once("close", resolve));
   await spawnTurn();
   // Checked right before the spawn (synchronously): a descriptor closed meanwhile could be another connection's by now.
-  if (socket.destroyed || socketFd(res) !== out) {
+  if (socketFd(res) !== out) {
     const err = new Error("the client closed the connection before the file was sent");
     res.destroy(err);
     throw err;
   }
   // The socket by its descriptor, not as a stream: Node would stop reading a stream it hands to a child
   // (envd's HTTP server reads the connection's next request meanwhile, and answers it after this one).
-  const sender = spawn(binary, ["--sendfile", String(start), String(count)], { stdio: [fd, out, "pipe"] });
   // The sender holds the connection open while it runs: it must not outlive envd's side of it.
-  const onClose = () => sender.kill("SIGKILL");
-  socket.once("close", onClose);
-  let stderr = "";
-  sender.stderr!.on("data", (c: Buffer) => (stderr = (stderr + c.toString()).slice(-500)));
-  const status = await new Promise<number | string | undefined>((resolve) => {
-    sender.once("error", () => resolve(undefined)); // not started: nothing was sent
-    sender.once("close", (code, signal) => resolve(code ?? `killed by ${signal}`));
-  });
-  socket.off("close", onClose);
+  const moved = await runMover(binary, ["--sendfile", String(start), String(count)], fd, out, socket);
+  const { status } = moved;
   if (status === SENT) {
     sends++;
     res.end();
     return true;
   }
   if (status === UNSUPPORTED || status === undefined) return false;
-  const why =
-    status === CLIENT_GONE ? "the client closed the connection before the file was sent" : `sending the file failed (${typeof status === "number" ? `exit ${status}` : status}) ${stderr.trim()}`;
+  const why = status === CLIENT_GONE ? "the client closed the connection before the file was sent" : `sending the file failed (${describeEnd(moved)})`;
   const err = new Error(why);
   res.destroy(err);
   throw err;

@@ -1,10 +1,9 @@
-import { spawn } from "node:child_process";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { Socket } from "node:net";
+import type { Socket } from "node:net";
 import { getSystemErrorName, promisify } from "node:util";
-import { spawnHelper } from "../process/handler/spawn-helper.js";
 import { spawnTurn } from "../process/handler/spawn-turns.js";
 import { RequestAbortedError } from "./body.js";
+import { describeEnd, moverBinary, plainSocketFd, runMover } from "./file-mover.js";
 import { receiveInto, writeAll } from "./file-receiver.js";
 
 /**
@@ -30,7 +29,7 @@ export function zeroCopyReceives(): number {
 interface ServerSocket {
   /** Set, Node's server neither resumes reading the socket nor lets the request do it. */
   _paused?: boolean;
-  _handle?: { fd?: number; reading?: boolean; readStop?: () => number; _consumed?: boolean };
+  _handle?: { reading?: boolean; _consumed?: boolean };
 }
 
 /**
@@ -43,14 +42,13 @@ interface ServerSocket {
 function spliceable(req: IncomingMessage, res: ServerResponse): { socket: Socket; fd: number; length: number } | undefined {
   if (req.httpVersionMajor !== 1 || req.headers["transfer-encoding"] !== undefined || req.complete) return undefined;
   const length = Number(req.headers["content-length"]);
-  if (!Number.isSafeInteger(length) || length < SPLICE_MIN_BYTES) return undefined;
+  if (!Number.isSafeInteger(length) || length < SPLICE_MIN_BYTES || res.socket !== req.socket) return undefined;
   const socket = req.socket;
-  if (!(socket instanceof Socket) || "encrypted" in socket || socket.destroyed || res.socket !== socket) return undefined;
+  const fd = plainSocketFd(socket);
   // Consumed: Node's parser reads the handle itself (nothing waits in the socket's own buffer).
   const handle = (socket as unknown as ServerSocket)._handle;
-  if (!handle?._consumed || typeof handle.readStop !== "function" || socket.listenerCount("data") > 1 || socket.readableLength > 0) return undefined;
-  const fd = handle.fd;
-  return typeof fd === "number" && fd >= 0 ? { socket, fd, length } : undefined;
+  if (fd === undefined || !handle?._consumed) return undefined;
+  return socket.listenerCount("data") > 1 || socket.readableLength > 0 ? undefined : { socket, fd, length };
 }
 
 /**
@@ -66,23 +64,22 @@ function spliceable(req: IncomingMessage, res: ServerResponse): { socket: Socket
  * still be sent).
  */
 export async function receiveBody(fd: number, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const binary = process.env.LOCALE2B_SPAWN_HELPER;
-  if (!binary || !spliceable(req, res) || !(await spawnHelper())) return receiveInto(fd, req);
-  const target = spliceable(req, res); // again: the helper check may have waited
-  if (!target) return receiveInto(fd, req);
+  const binary = spliceable(req, res) && (await moverBinary());
+  const target = binary && spliceable(req, res); // again: the helper check may have waited
+  if (!binary || !target) return receiveInto(fd, req);
   const { socket, length } = target;
   const server = socket as unknown as ServerSocket;
 
-  // Stop envd's reads at once, as the pause handler of Node's HTTP server does (the stream may be paused
-  // already while its handle reads on), and set `_paused`, which keeps a resume already scheduled (or the
-  // request's own reads) from starting it again.
+  // Stop envd's reads: pausing the socket makes Node's HTTP server stop its handle at once, and `_paused`
+  // keeps a resume already scheduled (or the request's own reads) from starting it again. A handle that
+  // reads on anyway would race the receiver for the body: then envd copies.
+  const wasFlowing = socket.readableFlowing;
   socket.pause();
-  server._paused = true;
-  const handle = server._handle!;
-  if (handle.reading) {
-    handle.reading = false;
-    handle.readStop!();
+  if (server._handle?.reading) {
+    if (wasFlowing) socket.resume();
+    return receiveInto(fd, req);
   }
+  server._paused = true;
   // What Node read before it stopped is in the request's buffer: take it without asking for more.
   const head: Buffer[] = [];
   const own = req as unknown as { _read?: unknown };
@@ -92,29 +89,27 @@ export async function receiveBody(fd: number, req: IncomingMessage, res: ServerR
   } finally {
     delete own._read;
   }
-  let taken = 0;
-  for (const c of head) taken += c.length;
+  const taken = head.reduce((n, c) => n + c.length, 0);
   if (taken > 0) await writeAllAsync(fd, head);
 
   // From here on Node's parser is behind the socket: unless it catches up, the connection ends with this request.
   const keepAlive = res.shouldKeepAlive;
   res.shouldKeepAlive = false;
+  const inStep = () => {
+    res.shouldKeepAlive = keepAlive;
+    server._paused = false;
+  };
   await spawnTurn();
-  if (socket.destroyed || socket.readableEnded || spliceable(req, res)?.fd !== target.fd) {
+  // Checked right before the spawn (synchronously): a descriptor closed meanwhile could be another connection's by now.
+  if (plainSocketFd(socket) !== target.fd) {
     socket.destroy();
     throw new RequestAbortedError();
   }
-  const receiver = spawn(binary, ["--receive", String(length - taken)], { stdio: [target.fd, fd, "pipe"] });
-  let stderr = "";
-  receiver.stderr!.on("data", (c: Buffer) => (stderr = (stderr + c.toString()).slice(-500)));
-  const status = await new Promise<number | string | undefined>((resolve) => {
-    receiver.once("error", () => resolve(undefined));
-    receiver.once("close", (code, signal) => resolve(code ?? `killed by ${signal}`));
-  });
+  const moved = await runMover(binary, ["--receive", String(length - taken)], target.fd, fd);
+  const { status } = moved;
   if ((status === RECEIVED || status === WRITE_FAILED) && catchUpParser(req, socket, length - taken)) {
     // The whole body was read: the connection goes on with the next request, after this one's answer.
-    res.shouldKeepAlive = keepAlive;
-    server._paused = false;
+    inStep();
     socket.resume();
   }
   if (status === RECEIVED) {
@@ -123,17 +118,13 @@ export async function receiveBody(fd: number, req: IncomingMessage, res: ServerR
   }
   if (status === undefined) {
     // Not started: nothing more was read, so Node's parser is still in step: it reads the rest.
-    res.shouldKeepAlive = keepAlive;
-    server._paused = false;
+    inStep();
     return receiveInto(fd, req);
   }
-  if (status === WRITE_FAILED) {
-    const errno = Number(/write errno (\d+)/.exec(stderr)?.[1]);
-    throw writeError(errno, stderr.trim());
-  }
+  if (status === WRITE_FAILED) throw writeError(Number(/write errno (\d+)/.exec(moved.stderr)?.[1]), moved.stderr);
   socket.destroy();
   if (status === CLIENT_GONE) throw new RequestAbortedError();
-  throw new Error(`receiving the upload failed (${typeof status === "number" ? `exit ${status}` : status}) ${stderr.trim()}`);
+  throw new Error(`receiving the upload failed (${describeEnd(moved)})`);
 }
 
 /** Body bytes Node's parser is given at a time while it catches up. */

@@ -201,7 +201,9 @@ int sandbox_main(int argc, char **argv);
 int spawn_helper_main(void);
 /* sendfile.c: `--sendfile OFFSET COUNT`, a file (stdin) to envd's socket (stdout) without copies */
 int sendfile_main(int argc, char **argv);
+/* sendfile.c, shared with receive.c: a command line's count, and poll() on a non-blocking socket */
 bool parse_u64(const char *s, unsigned long long *out);
+int wait_ready(int fd, short events);
 /* receive.c: `--receive COUNT`, envd's socket (stdin) to a file (stdout) with splice */
 int receive_main(int argc, char **argv);
 

@@ -108,8 +108,7 @@ int receive_main(int argc, char **argv)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
-				struct pollfd pf = { .fd = 0, .events = POLLIN };
-				if (poll(&pf, 1, -1) < 0 && errno != EINTR) {
+				if (wait_ready(0, POLLIN) < 0) {
 					fprintf(stderr, "locale2b-init --receive: poll: %s\n", strerror(errno));
 					return 5;
 				}

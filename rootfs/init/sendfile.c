@@ -36,6 +36,13 @@ bool parse_u64(const char *s, unsigned long long *out)
 	return errno == 0 && *end == '\0';
 }
 
+/* Waits until the non-blocking `fd` (a socket shared with envd) is ready for `events`: 0, or -1 with errno. */
+int wait_ready(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	return poll(&p, 1, -1) < 0 && errno != EINTR ? -1 : 0;
+}
+
 int sendfile_main(int argc, char **argv)
 {
 	unsigned long long offset, count;
@@ -59,8 +66,7 @@ int sendfile_main(int argc, char **argv)
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN) {
-			struct pollfd p = { .fd = 1, .events = POLLOUT };
-			if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+			if (wait_ready(1, POLLOUT) < 0) {
 				fprintf(stderr, "locale2b-init --sendfile: poll: %s\n", strerror(errno));
 				return 5;
 			}
