@@ -150,7 +150,10 @@ export class QemuRuntime implements Runtime {
       const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);
       started.push(qemuChild);
       const qemu = await this.started(qemuChild, "QEMU");
-      const qmp = await Qmp.connect(layout.qmp, 10_000).catch((err: Error) => {
+      // A busy host can take QEMU well over 10 s to open its socket (a clean-clone CI run failed so): wait
+      // as long as it runs, up to a minute, and give up at once if it exits.
+      const qmpAlive = () => qemuChild.exitCode === null && qemuChild.signalCode === null;
+      const qmp = await Qmp.connect(layout.qmp, 60_000, qmpAlive).catch((err: Error) => {
         throw new Error(`${err.message} (QEMU's output is in ${layout.vmmLog})`);
       });
       spec.log.debug({ qemu: qemu.pid, vhost: vhost.pid, accel: t.accel }, "microVM started");

@@ -30,11 +30,16 @@ export class Qmp {
     socket.on("close", () => this.fail(new QmpError("QMP connection closed (QEMU exited?)")));
   }
 
-  /** Connects (retrying while QEMU creates the socket) and leaves capabilities negotiation done. */
-  static async connect(path: string, timeoutMs = 10_000): Promise<Qmp> {
+  /**
+   * Connects (retrying while QEMU creates the socket) and leaves capabilities
+   * negotiation done. With `alive` (QEMU's process still runs), it stops
+   * waiting as soon as QEMU exits instead of at the deadline only.
+   */
+  static async connect(path: string, timeoutMs = 10_000, alive?: () => boolean): Promise<Qmp> {
     const deadline = Date.now() + timeoutMs;
     let last: Error | undefined;
     while (Date.now() < deadline) {
+      if (alive && !alive()) throw new QmpError(`QEMU exited before it opened its QMP socket ${path}`);
       try {
         const socket = await new Promise<net.Socket>((resolve, reject) => {
           const s = net.createConnection(path);
