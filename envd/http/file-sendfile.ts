@@ -43,8 +43,23 @@ function socketFd(res: ServerResponse): number | undefined {
  */
 export async function sendFileZeroCopy(fd: number, start: number, end: number, res: ServerResponse): Promise<boolean> {
   const count = end - start + 1;
+  if (count < SENDFILE_MIN_BYTES) return false;
+  // A response queued behind the previous one on its connection (the client, having all of that one's
+  // bytes from its sender, asked again before envd ended it) gets the socket once that one ends.
+  if (!res.socket && res.req.socket) {
+    const connection = res.req.socket;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        res.off("socket", done);
+        connection.off("close", done);
+        resolve();
+      };
+      res.once("socket", done);
+      connection.once("close", done);
+    });
+  }
   const out = socketFd(res);
-  if (count < SENDFILE_MIN_BYTES || out === undefined) return false;
+  if (out === undefined) return false;
   const binary = await moverBinary();
   if (!binary) return false;
   const socket = res.socket as Socket;
