@@ -26,6 +26,13 @@ function headerValue(value: string): string {
   return v;
 }
 
+const isEdgeSpace = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+
+/** `value` without the leading and trailing whitespace Headers strips (a regex only when there is some). */
+function trimEdges(value: string): string {
+  return value.length > 0 && (isEdgeSpace(value.charCodeAt(0)) || isEdgeSpace(value.charCodeAt(value.length - 1))) ? value.replace(EDGE_WHITESPACE, "") : value;
+}
+
 export class EnvdHeaders implements Headers {
   readonly #values = new Map<string, string>();
   #cookies: string[] = [];
@@ -45,9 +52,22 @@ export class EnvdHeaders implements Headers {
     }
   }
 
+  /**
+   * Headers from Node's HTTP parser (`rawHeaders`: name, value, name, value…),
+   * which has refused invalid names and values already: only lower-cased,
+   * trimmed and joined (a request's headers are copied on every RPC).
+   */
+  static fromParsed(raw: readonly string[]): EnvdHeaders {
+    const h = new EnvdHeaders();
+    for (let i = 0; i + 1 < raw.length; i += 2) h.#add(raw[i]!.toLowerCase(), trimEdges(raw[i + 1]!));
+    return h;
+  }
+
   append(name: string, value: string): void {
-    const n = headerName(name);
-    const v = headerValue(value);
+    this.#add(headerName(name), headerValue(value));
+  }
+
+  #add(n: string, v: string): void {
     if (n === "set-cookie") this.#cookies.push(v);
     const old = this.#values.get(n);
     this.#values.set(n, old === undefined ? v : `${old}, ${v}`);

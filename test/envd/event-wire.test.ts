@@ -48,4 +48,27 @@ describe("process event wire encoding", () => {
     expect(messageEnvelope(StartResponseSchema, start, false).subarray(5).toString()).toBe('{"event":{"start":{"pid":4242}}}');
     expect(messageEnvelope(StartResponseSchema, start, true).equals(envelope(toBinary(StartResponseSchema, create(StartResponseSchema, start))))).toBe(true);
   });
+
+  it("start, end and keepalive events equal protobuf-es's encoding (written by hand)", () => {
+    const events: { case: "start" | "end" | "keepalive"; value: Record<string, unknown> }[] = [{ case: "keepalive", value: {} }];
+    for (const pid of [0, 1, 127, 128, 16383, 16384, 4_194_304, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1]) events.push({ case: "start", value: { pid } });
+    for (const exitCode of [0, 1, -1, 2, 63, 64, -64, -65, 127, 128, 255, 8191, -8193, 2 ** 31 - 1, -(2 ** 31)]) {
+      for (const exited of [true, false]) {
+        for (const status of ["", "exit status 1", "signal: killed", 'quote " back\\slash \n tab\t \u0001 é 🙂 ' + "x".repeat(200)]) {
+          for (const error of [undefined, "", "spawn failed: \u0000 ü"]) {
+            events.push({ case: "end", value: { exitCode, exited, status, ...(error === undefined ? {} : { error }) } });
+          }
+        }
+      }
+    }
+    for (const event of events) {
+      const init = { event: { event: event as never } };
+      for (const schema of [StartResponseSchema, ConnectResponseSchema]) {
+        const message = create(schema, init);
+        const label = `${event.case} ${JSON.stringify(event.value)}`;
+        expect(messageEnvelope(schema, init, true).equals(envelope(toBinary(schema, message))), `${label} binary`).toBe(true);
+        expect(messageEnvelope(schema, init, false).equals(envelope(Buffer.from(toJsonString(schema, message)))), `${label} JSON`).toBe(true);
+      }
+    }
+  });
 });

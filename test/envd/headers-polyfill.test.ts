@@ -53,4 +53,13 @@ describe("envd's Headers behave as Node's", () => {
     expect([...new EnvdHeaders(new Headers({ B: "2", a: "1" }))]).toEqual([["a", "1"], ["b", "2"]]);
     expect(Object.prototype.toString.call(mine)).toBe("[object Headers]");
   });
+
+  it("fromParsed (a request's rawHeaders from Node's parser) equals building them one by one", () => {
+    const raw = ["Host", "x", "Content-Type", "application/connect+proto", "X-Dup", " a", "x-dup", "b\t", "Set-Cookie", "s=1", "set-cookie", "t=2", "Authorization", "Basic dXNlcjo=", "X-Nbsp", "\u00a0v\u00a0", "X-Empty", ""];
+    const pairs: [string, string][] = [];
+    for (let i = 0; i < raw.length; i += 2) pairs.push([raw[i]!, raw[i + 1]!]);
+    const parsed = EnvdHeaders.fromParsed(raw);
+    const ops: Op[] = [["get", "x-dup"], ["get", "X-NBSP"], ["get", "x-empty"], ["getSetCookie"], ["get", "authorization"]];
+    expect(replay(EnvdHeaders as unknown as typeof Headers, parsed as unknown as Headers, ops)).toEqual(replay(Headers, pairs, ops));
+  });
 });
