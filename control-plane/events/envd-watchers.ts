@@ -133,7 +133,8 @@ export class EnvdActivityWatchers {
           const event = translator.translate(msg.event);
           if (event) this.o.bus.publish(this.withWorkspace(event, target.sandbox.metadata));
           cursor.seq = Number(msg.event.seq);
-          this.o.db.write("INSERT OR REPLACE INTO envd_cursors (sandbox_id, stream_id, seq) VALUES (?, ?, ?)", [id, cursor.streamId, cursor.seq]);
+          // One upsert per sandbox per flush, whatever the number of events (two per command).
+          this.o.db.writeLatest(`cursor:${id}`, "INSERT OR REPLACE INTO envd_cursors (sandbox_id, stream_id, seq) VALUES (?, ?, ?)", [id, cursor.streamId, cursor.seq]);
         }
       } catch (err) {
         if (signal.aborted) return;

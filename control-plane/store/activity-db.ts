@@ -72,7 +72,9 @@ const FLUSH_ROWS = 2000;
 export class ActivityDb {
   private readonly db: Database;
   private readonly statements = new Map<string, Statement>();
-  private queue: { sql: string; params: Param[] }[] = [];
+  private queue: { sql: string; params: Param[]; skip?: boolean }[] = [];
+  /** The queued keyed writes (writeLatest), by key. */
+  private latest = new Map<string, { sql: string; params: Param[]; skip?: boolean }>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -101,12 +103,30 @@ export class ActivityDb {
   /** Queues a write; it is committed within FLUSH_MS (or by flush()). */
   write(sql: string, params: Param[]): void {
     if (this.closed) return;
-    this.queue.push({ sql, params });
+    this.enqueue({ sql, params });
+  }
+
+  private enqueue(w: { sql: string; params: Param[] }): void {
+    this.queue.push(w);
     if (this.queue.length >= FLUSH_ROWS) this.flush();
     else if (!this.timer) {
       this.timer = setTimeout(() => this.flush(), FLUSH_MS);
       this.timer.unref();
     }
+  }
+
+  /**
+   * Queues a write that replaces a queued write of the same `key` (e.g. a
+   * watch's cursor, upserted after every event): only the latest is run, at
+   * its own place in the order of the queue.
+   */
+  writeLatest(key: string, sql: string, params: Param[]): void {
+    if (this.closed) return;
+    const before = this.latest.get(key);
+    if (before) before.skip = true;
+    const w = { sql, params };
+    this.latest.set(key, w);
+    this.enqueue(w);
   }
 
   /** Commits every queued write now, in one transaction. */
@@ -116,9 +136,10 @@ export class ActivityDb {
     if (this.queue.length === 0 || !this.db.isOpen) return;
     const batch = this.queue;
     this.queue = [];
+    this.latest.clear();
     try {
       this.db.exec("BEGIN");
-      for (const w of batch) this.statement(w.sql).run(w.params);
+      for (const w of batch) if (!w.skip) this.statement(w.sql).run(w.params);
       this.db.exec("COMMIT");
     } catch (err) {
       try {

@@ -90,6 +90,31 @@ describe("event filters", () => {
   });
 });
 
+describe("ActivityDb", () => {
+  it("runs only the latest of the queued writes with one key, in its place in the queue", () => {
+    const db = new ActivityDb(join(tmp(), "a.db"), log);
+    const upsert = "INSERT OR REPLACE INTO envd_cursors (sandbox_id, stream_id, seq) VALUES (?, ?, ?)";
+    const cursor = (id: string) => db.get<{ seq: number }>("SELECT seq FROM envd_cursors WHERE sandbox_id = ?", [id])?.seq;
+    // Replaced ones are not run: a row they alone would write is never there.
+    db.writeLatest("cursor:a", "INSERT INTO envd_cursors (sandbox_id, stream_id, seq) VALUES ('x', 's', 99)", []);
+    for (let seq = 1; seq <= 5; seq++) db.writeLatest("cursor:a", upsert, ["a", "s", seq]);
+    db.writeLatest("cursor:b", upsert, ["b", "s", 7]);
+    db.flush();
+    expect(cursor("a")).toBe(5);
+    expect(cursor("b")).toBe(7);
+    expect(cursor("x")).toBeUndefined();
+    // The order with other writes holds: a delete queued after the latest upsert wins, one queued before it does not.
+    db.writeLatest("cursor:a", upsert, ["a", "s", 6]);
+    db.write("DELETE FROM envd_cursors WHERE sandbox_id = ?", ["a"]);
+    db.write("DELETE FROM envd_cursors WHERE sandbox_id = ?", ["b"]);
+    db.writeLatest("cursor:b", upsert, ["b", "s", 8]);
+    db.flush();
+    expect(cursor("a")).toBeUndefined();
+    expect(cursor("b")).toBe(8);
+    db.close();
+  });
+});
+
 describe("EventBus", () => {
   it("numbers events, logs them, continues the numbering after a restart, and replays pages", () => {
     const path = join(tmp(), "a.db");
