@@ -54,6 +54,8 @@ const SCHEMA = [
 ];
 
 type Param = string | number | null;
+/** A queued write; `skip` once a later writeLatest of its key replaced it. */
+type Write = { sql: string; params: Param[]; skip?: boolean };
 type Database = InstanceType<typeof sqlite.Database>;
 type Statement = ReturnType<Database["prepare"]>;
 
@@ -72,9 +74,9 @@ const FLUSH_ROWS = 2000;
 export class ActivityDb {
   private readonly db: Database;
   private readonly statements = new Map<string, Statement>();
-  private queue: { sql: string; params: Param[]; skip?: boolean }[] = [];
+  private queue: Write[] = [];
   /** The queued keyed writes (writeLatest), by key. */
-  private latest = new Map<string, { sql: string; params: Param[]; skip?: boolean }>();
+  private readonly latest = new Map<string, Write>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
 
@@ -106,7 +108,7 @@ export class ActivityDb {
     this.enqueue({ sql, params });
   }
 
-  private enqueue(w: { sql: string; params: Param[] }): void {
+  private enqueue(w: Write): void {
     this.queue.push(w);
     if (this.queue.length >= FLUSH_ROWS) this.flush();
     else if (!this.timer) {
@@ -124,7 +126,7 @@ export class ActivityDb {
     if (this.closed) return;
     const before = this.latest.get(key);
     if (before) before.skip = true;
-    const w = { sql, params };
+    const w: Write = { sql, params };
     this.latest.set(key, w);
     this.enqueue(w);
   }

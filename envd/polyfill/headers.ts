@@ -20,17 +20,17 @@ function headerName(name: string): string {
   return n.toLowerCase();
 }
 
-function headerValue(value: string): string {
-  const v = String(value).replace(EDGE_WHITESPACE, "");
-  if (FORBIDDEN_IN_VALUE.test(v)) throw new TypeError(`Headers: ${JSON.stringify(v)} is not a valid header value`);
-  return v;
-}
-
 const isEdgeSpace = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
 
 /** `value` without the leading and trailing whitespace Headers strips (a regex only when there is some). */
 function trimEdges(value: string): string {
   return value.length > 0 && (isEdgeSpace(value.charCodeAt(0)) || isEdgeSpace(value.charCodeAt(value.length - 1))) ? value.replace(EDGE_WHITESPACE, "") : value;
+}
+
+function headerValue(value: string): string {
+  const v = trimEdges(String(value));
+  if (FORBIDDEN_IN_VALUE.test(v)) throw new TypeError(`Headers: ${JSON.stringify(v)} is not a valid header value`);
+  return v;
 }
 
 export class EnvdHeaders implements Headers {
@@ -124,6 +124,18 @@ export class EnvdHeaders implements Headers {
   get [Symbol.toStringTag](): string {
     return "Headers";
   }
+}
+
+/**
+ * A request's headers from Node's parser (`rawHeaders`) as a global
+ * `Headers`: envd's own takes them as they are (EnvdHeaders.fromParsed),
+ * any other (envd run inside another process) is given them one by one.
+ */
+export function headersFromParsed(raw: readonly string[]): Headers {
+  if (Headers === (EnvdHeaders as unknown)) return EnvdHeaders.fromParsed(raw);
+  const h = new Headers();
+  for (let i = 0; i + 1 < raw.length; i += 2) h.append(raw[i]!, raw[i + 1]!);
+  return h;
 }
 
 /** Makes EnvdHeaders the global `Headers` without ever touching Node's (reading it would load undici). */

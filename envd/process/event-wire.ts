@@ -61,21 +61,29 @@ function envelope(flags: number, data: Uint8Array): Buffer {
  */
 export function binaryDataEnvelope(kind: OutputKind, data: Uint8Array, alloc: Alloc = Buffer.allocUnsafe): Buffer {
   const size = data.length;
-  const output = 1 + varintSize(size) + size;
-  const event = 1 + varintSize(output) + output;
+  const { buf, offset } = eventFrame(EVENT_DATA_TAG, 1 + varintSize(size) + size, alloc);
+  buf[offset] = OUTPUT_TAG[kind];
+  buf.set(data, writeVarint(buf, offset + 1, size));
+  return buf;
+}
+
+/**
+ * An enveloped StartResponse / ConnectResponse whose ProcessEvent holds one
+ * event (`eventTag`: its oneof field as a length-delimited tag) of
+ * `innerSize` bytes: the buffer, with everything written but those bytes,
+ * which go at `offset`.
+ */
+function eventFrame(eventTag: number, innerSize: number, alloc: Alloc = Buffer.allocUnsafe): { buf: Buffer; offset: number } {
+  const event = 1 + varintSize(innerSize) + innerSize;
   const message = 1 + varintSize(event) + event;
-  const prefix = alloc(ENVELOPE_HEADER + message);
-  prefix[0] = 0;
-  prefix.writeUInt32BE(message, 1);
+  const buf = alloc(ENVELOPE_HEADER + message);
+  buf[0] = 0;
+  buf.writeUInt32BE(message, 1);
   let o = ENVELOPE_HEADER;
-  prefix[o++] = RESPONSE_EVENT_TAG;
-  o = writeVarint(prefix, o, event);
-  prefix[o++] = EVENT_DATA_TAG;
-  o = writeVarint(prefix, o, output);
-  prefix[o++] = OUTPUT_TAG[kind];
-  o = writeVarint(prefix, o, size);
-  prefix.set(data, o);
-  return prefix;
+  buf[o++] = RESPONSE_EVENT_TAG;
+  o = writeVarint(buf, o, event);
+  buf[o++] = eventTag;
+  return { buf, offset: writeVarint(buf, o, innerSize) };
 }
 
 /** A data event in the JSON format, enveloped, in one buffer. */
@@ -97,67 +105,67 @@ export function jsonDataEnvelope(kind: OutputKind, data: Uint8Array, alloc: Allo
 /** ProcessEvent's oneof field numbers as length-delimited tags: start = 1, end = 3, keepalive = 4. */
 const EVENT_TAG = { start: 0x0a, end: 0x1a, keepalive: 0x22 } as const;
 
-/** A varint field (tag byte, value) into `out`. */
-function pushVarint(out: number[], tag: number, n: number): void {
-  out.push(tag);
-  while (n >= 0x80) {
-    out.push((n & 0x7f) | 0x80);
-    n = Math.floor(n / 128);
+type EndFields = { exitCode?: number; exited?: boolean; status?: string; error?: string };
+
+/**
+ * The fields of StartEvent (pid = 1) or EndEvent (exit_code = 1 as sint32,
+ * exited = 2, status = 3, optional error = 4) as protobuf-es writes them
+ * (proto3: defaults left out), each a tag byte and a varint or bytes.
+ */
+function eventFields(c: keyof typeof EVENT_TAG, v: Record<string, unknown>): [number, number | Buffer][] {
+  if (c === "start") return v.pid ? [[0x08, v.pid as number]] : [];
+  if (c === "keepalive") return [];
+  const e = v as EndFields;
+  const fields: [number, number | Buffer][] = [];
+  const code = e.exitCode ?? 0;
+  if (code !== 0) fields.push([0x08, ((code << 1) ^ (code >> 31)) >>> 0]); // zigzag
+  if (e.exited) fields.push([0x10, 1]);
+  if (e.status) fields.push([0x1a, Buffer.from(e.status, "utf8")]);
+  if (e.error !== undefined) fields.push([0x22, Buffer.from(e.error, "utf8")]);
+  return fields;
+}
+
+/** The same event as protobuf-es's JSON: default values left out, fields in field-number order. */
+function eventJson(c: keyof typeof EVENT_TAG, v: Record<string, unknown>): string {
+  const body: Record<string, unknown> = {};
+  if (c === "start" && v.pid) body.pid = v.pid;
+  if (c === "end") {
+    const e = v as EndFields;
+    if (e.exitCode) body.exitCode = e.exitCode;
+    if (e.exited) body.exited = true;
+    if (e.status) body.status = e.status;
+    if (e.error !== undefined) body.error = e.error;
   }
-  out.push(n);
-}
-
-/** A length-delimited field (tag byte, length, bytes) into `out`. */
-function pushBytes(out: number[], tag: number, bytes: ArrayLike<number>): void {
-  pushVarint(out, tag, bytes.length);
-  for (let i = 0; i < bytes.length; i++) out.push(bytes[i]!);
-}
-
-/** The fields of a ProcessEvent.EndEvent as protobuf-es writes them (proto3: defaults left out; `error` is optional). */
-function endEventBytes(end: { exitCode?: number; exited?: boolean; status?: string; error?: string }): number[] {
-  const out: number[] = [];
-  const code = end.exitCode ?? 0;
-  if (code !== 0) pushVarint(out, 0x08, ((code << 1) ^ (code >> 31)) >>> 0); // sint32: zigzag
-  if (end.exited) out.push(0x10, 1);
-  if (end.status) pushBytes(out, 0x1a, Buffer.from(end.status, "utf8"));
-  if (end.error !== undefined) pushBytes(out, 0x22, Buffer.from(end.error, "utf8"));
-  return out;
+  return JSON.stringify({ event: { [c]: body } });
 }
 
 /**
  * A start, end or keepalive event, enveloped, byte for byte what protobuf-es
  * writes (StartResponse and ConnectResponse are both `{ ProcessEvent event = 1; }`);
- * undefined for any other message.
+ * undefined for any other message (or one already made by protobuf-es).
  */
 function eventEnvelope(init: ResponseInit, binary: boolean): Buffer | undefined {
   const event = init.event?.event;
-  if (!event || init.event?.$typeName !== undefined) return undefined;
-  const c = event.case;
-  if (c !== "start" && c !== "end" && c !== "keepalive") return undefined;
+  if (!event || init.event?.$typeName !== undefined || !event.case || !Object.hasOwn(EVENT_TAG, event.case)) return undefined;
+  const c = event.case as keyof typeof EVENT_TAG;
   const v = event.value as Record<string, unknown>;
   if (v.$typeName !== undefined) return undefined;
-  if (!binary) {
-    let body: unknown = {};
-    if (c === "start") body = v.pid ? { pid: v.pid } : {};
-    else if (c === "end") {
-      const e = v as { exitCode?: number; exited?: boolean; status?: string; error?: string };
-      body = {
-        ...(e.exitCode ? { exitCode: e.exitCode } : {}),
-        ...(e.exited ? { exited: true } : {}),
-        ...(e.status ? { status: e.status } : {}),
-        ...(e.error !== undefined ? { error: e.error } : {}),
-      };
+  if (!binary) return envelope(0, Buffer.from(eventJson(c, v), "utf8"));
+  const fields = eventFields(c, v);
+  let size = 0;
+  for (const [, x] of fields) size += 1 + (typeof x === "number" ? varintSize(x) : varintSize(x.length) + x.length);
+  const { buf, offset } = eventFrame(EVENT_TAG[c], size);
+  let o = offset;
+  for (const [tag, x] of fields) {
+    buf[o++] = tag;
+    if (typeof x === "number") o = writeVarint(buf, o, x);
+    else {
+      o = writeVarint(buf, o, x.length);
+      buf.set(x, o);
+      o += x.length;
     }
-    return envelope(0, Buffer.from(JSON.stringify({ event: { [c]: body } }), "utf8"));
   }
-  const inner: number[] = [];
-  if (c === "start" && v.pid) pushVarint(inner, 0x08, v.pid as number);
-  else if (c === "end") inner.push(...endEventBytes(v));
-  const processEvent: number[] = [];
-  pushBytes(processEvent, EVENT_TAG[c], inner);
-  const message: number[] = [];
-  pushBytes(message, RESPONSE_EVENT_TAG, processEvent);
-  return envelope(0, Uint8Array.from(message));
+  return buf;
 }
 
 /** Any response message, enveloped: start, end and keepalive events by hand, anything else through protobuf-es. */

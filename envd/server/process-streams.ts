@@ -4,7 +4,7 @@ import { createEndStreamSerialization, parseTimeout } from "@connectrpc/connect/
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ConnectRequestSchema, Process, StartRequestSchema, ConnectResponseSchema, StartResponseSchema } from "../../gen/ts/process/process_pb.js";
 import { USER_KEY, userFromAuthorization } from "../auth/user.js";
-import { EnvdHeaders } from "../polyfill/headers.js";
+import { headersFromParsed } from "../polyfill/headers.js";
 import type { EnvdContext } from "../context.js";
 import { binaryDataEnvelope, dataOf, endStreamEnvelope, jsonDataEnvelope, messageEnvelope, type ResponseInit } from "../process/event-wire.js";
 
@@ -106,8 +106,7 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   const schema = method === "start" ? StartRequestSchema : ConnectRequestSchema;
   let message: unknown;
   const values = createContextValues();
-  // envd's own Headers (polyfill/headers.ts) takes the parser's headers as they are; any other is given them one by one.
-  const header = Headers === (EnvdHeaders as unknown) ? EnvdHeaders.fromParsed(req.rawHeaders) : new Headers(pairs(req.rawHeaders));
+  const header = headersFromParsed(req.rawHeaders);
   try {
     message = binary
       ? fromBinary(schema, data)
@@ -119,12 +118,6 @@ function prepare(ctx: EnvdContext, req: IncomingMessage, res: ServerResponse, me
   const hctx = callContext(method, timeout.timeoutMs, header, values, binary, `http://${req.headers.host ?? "localhost"}${req.url ?? ""}`);
   res.once("close", () => hctx.abort(RESPONSE_CLOSED));
   return { method, message, hctx };
-}
-
-function pairs(raw: string[]): [string, string][] {
-  const out: [string, string][] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) out.push([raw[i]!, raw[i + 1]!]);
-  return out;
 }
 
 /** How long the headers wait for the first event before they are sent alone. */
