@@ -3,6 +3,7 @@ import { existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { GUEST } from "../../control-plane/images/layout.js";
 import { onCleanup } from "./cleanup.js";
 
 /** dist/control-plane/cli/main.js, found from this compiled file (dist/bench/lib/envd.js). */
@@ -34,8 +35,8 @@ export async function freePort(): Promise<number> {
 
 /**
  * Starts `locale2b envd` as a child process on a free port and waits until
- * GET /health answers 204; with `entry`, that envd bundle instead (what a
- * sandbox runs: `node envd.js --listen …`). Extra node flags for envd (e.g.
+ * GET /health answers 204; with `entry`, that envd bundle instead, as a
+ * sandbox runs it (`node <GUEST.nodeFlags> envd.js --listen …`). Extra node flags for envd (e.g.
  * `--cpu-prof`) come from LOCALE2B_BENCH_ENVD_NODE_ARGS.
  */
 export async function startEnvdChild(timeoutMs = 15_000, pollMs = 50, entry?: string): Promise<EnvdChild> {
@@ -45,7 +46,7 @@ export async function startEnvdChild(timeoutMs = 15_000, pollMs = 50, entry?: st
   return startHttpChild({
     name: "envd",
     command: process.execPath,
-    args: [...nodeArgs, ...(entry ? [entry] : [CLI, "envd"]), "--listen", `tcp://127.0.0.1:${port}`],
+    args: [...nodeArgs, ...(entry ? [...GUEST.nodeFlags, entry] : [CLI, "envd"]), "--listen", `tcp://127.0.0.1:${port}`],
     port,
     env: { ...process.env, LOCALE2B_LOG_LEVEL: process.env.LOCALE2B_LOG_LEVEL ?? "warn" },
     timeoutMs,

@@ -32,7 +32,9 @@ export const GUEST = {
   init: "/sbin/locale2b-init",
   /** The Node runtime envd runs on. */
   node: "/usr/local/bin/node",
-  /** The envd bundle's entry (`node envd.js --listen … --user … --workdir …`). */
+  /** Node's flags for envd, as the init starts it (GUEST_NODE_FLAG in rootfs/init/init.h). */
+  nodeFlags: ["--max-semi-space-size=2"],
+  /** The envd bundle's entry (`node <nodeFlags> envd.js --listen … --user … --workdir …`). */
   envd: "/opt/locale2b/envd/envd.js",
   /** envd's own Unix socket inside the guest; the init bridges vsock / hybrid-vsock to it. */
   envdSocket: "/run/locale2b/envd.sock",

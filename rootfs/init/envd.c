@@ -35,7 +35,7 @@ static int build_argv(const char **argv, char *listen, size_t listen_size)
 		argv[n++] = cfg.envd_cmd;
 	} else {
 		snprintf(listen, listen_size, "unix://%s", cfg.envd_socket);
-		const char *def[] = { GUEST_NODE, GUEST_ENVD, "--listen", listen, "--user", GUEST_USER, "--workdir", GUEST_HOME };
+		const char *def[] = { GUEST_NODE, GUEST_NODE_FLAG, GUEST_ENVD, "--listen", listen, "--user", GUEST_USER, "--workdir", GUEST_HOME };
 		for (size_t i = 0; i < sizeof def / sizeof def[0]; i++)
 			argv[n++] = def[i];
 	}

@@ -52,6 +52,13 @@
 #define GUEST_INIT "/sbin/locale2b-init"
 #define GUEST_NODE "/usr/local/bin/node"
 #define GUEST_ENVD "/opt/locale2b/envd/envd.js"
+/*
+ * Node's flag for envd (GUEST.nodeFlags in control-plane/images/layout.ts):
+ * a 2 MiB young generation (Node's default grows to 16) is collected more
+ * often while output streams through, so the chunks it has already sent are
+ * freed sooner: about 10 MiB less peak memory, no measurable CPU cost.
+ */
+#define GUEST_NODE_FLAG "--max-semi-space-size=2"
 #define GUEST_ENVD_SOCKET "/run/locale2b/envd.sock"
 #define GUEST_USER "user"
 #define GUEST_HOME "/home/user"

@@ -44,7 +44,7 @@ static const char usage[] =
 	"  --forward-ports        process mode: also accept `CONNECT 49982` (user-port forwarding)\n"
 	"  --no-mounts            process mode: mount nothing (mounts happen only as PID 1 anyway:\n"
 	"                         a fresh /proc, /dev/pts and /dev/shm when those exist)\n"
-	"  --envd-cmd PROG        run PROG instead of `" GUEST_NODE " " GUEST_ENVD " --listen ...`\n"
+	"  --envd-cmd PROG        run PROG instead of `" GUEST_NODE " " GUEST_NODE_FLAG " " GUEST_ENVD " --listen ...`\n"
 	"  --envd-arg ARG         an argument for --envd-cmd, or one more for the default command (repeatable)\n"
 	"  --envd-socket PATH     envd's Unix socket (default " GUEST_ENVD_SOCKET ")\n"
 	"  --envd-log LEVEL       LOCALE2B_LOG_LEVEL for envd (VM default: l2b.envd_log=)\n"

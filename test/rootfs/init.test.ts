@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureInitBinary } from "../../control-plane/images/guest-init.js";
+import { GUEST } from "../../control-plane/images/layout.js";
 import { cliEntry } from "../../control-plane/runtimes/paths.js";
 import { dialHybridVsock, FORWARD_PORT, HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { ENVD_PORT } from "../../envd/version.js";
@@ -290,8 +291,7 @@ describe.skipIf(!hasGcc)("guest init, flags and VM mode", () => {
       "envd_log=debug",
       "envd_socket=/run/locale2b/envd.sock",
       "forward_ports=on",
-      "envd_arg=/usr/local/bin/node",
-      "envd_arg=/opt/locale2b/envd/envd.js",
+      ...[GUEST.node, ...GUEST.nodeFlags, GUEST.envd].map((a) => `envd_arg=${a}`),
       "envd_arg=--listen",
       "envd_arg=unix:///run/locale2b/envd.sock",
       "envd_arg=--user",

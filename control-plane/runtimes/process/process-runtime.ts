@@ -200,7 +200,7 @@ export class ProcessRuntime implements Runtime {
     const isolated = mode !== "none";
     // With `user` mapped, envd's processes run as `user`; without that mapping only its own (root there) can.
     const user = isolated ? (caps.userMapping ? SANDBOX_USER : "root") : undefined;
-    const command = [process.execPath, cliEntry(), "envd", "--listen", `unix+vsock://${layout.socket}`];
+    const command = [process.execPath, ...GUEST.nodeFlags, cliEntry(), "envd", "--listen", `unix+vsock://${layout.socket}`];
     if (user) command.push("--user", user, "--workdir", SANDBOX_HOME);
     const launch = buildLaunch({
       mode,
