@@ -1,6 +1,7 @@
 import type { Client } from "@connectrpc/connect";
 import http from "node:http";
 import type { Process } from "../../gen/ts/process/process_pb.js";
+import { GUEST } from "../../control-plane/images/layout.js";
 import { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { routedProcessClient } from "./clients.js";
 import { ENVD_PORT, type ControlPlaneChild, type SandboxHandle } from "./control-plane.js";
@@ -21,7 +22,7 @@ export function envdPid(sb: SandboxHandle): number {
   for (const p of pids) {
     const cmd = table.get(p)?.cmdline ?? "";
     if (cmd.startsWith(`${process.execPath} `) && cmd.includes(" envd --listen ")) return p;
-    if (cmd.startsWith("/usr/local/bin/node /opt/locale2b/envd/envd.js ")) return p;
+    if (cmd.startsWith(`${GUEST.node} `) && cmd.includes(` ${GUEST.envd} `)) return p;
   }
   throw new Error(`cannot find envd's process of sandbox ${sb.id}`);
 }

@@ -127,12 +127,16 @@ export class EnvdActivityWatchers {
             cursor.streamId = msg.streamId;
             cursor.seq = 0;
           }
-          if (!msg.event) continue;
+          // A batch (envd gathers a few milliseconds of events), or one event from an older envd.
+          const events = msg.events.length > 0 ? msg.events : msg.event ? [msg.event] : [];
+          if (events.length === 0) continue;
           if (msg.dropped > 0n) log.warn({ dropped: Number(msg.dropped) }, "envd no longer had some activity events: they are missing from the event stream");
-          if (msg.event.event.case === "pathChanged") this.o.onPathChanged?.(id, msg.event.event.value);
-          const event = translator.translate(msg.event);
-          if (event) this.o.bus.publish(this.withWorkspace(event, target.sandbox.metadata));
-          cursor.seq = Number(msg.event.seq);
+          for (const e of events) {
+            if (e.event.case === "pathChanged") this.o.onPathChanged?.(id, e.event.value);
+            const event = translator.translate(e);
+            if (event) this.o.bus.publish(this.withWorkspace(event, target.sandbox.metadata));
+            cursor.seq = Number(e.seq);
+          }
           // One upsert per sandbox per flush, whatever the number of events (two per command).
           this.o.db.writeLatest(`cursor:${id}`, "INSERT OR REPLACE INTO envd_cursors (sandbox_id, stream_id, seq) VALUES (?, ?, ?)", [id, cursor.streamId, cursor.seq]);
         }

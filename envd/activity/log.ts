@@ -58,12 +58,12 @@ export class ActivityLog {
     for (const w of waiters) w();
   }
 
-  /** Retained events after `afterSeq`, and how many between it and the oldest retained are gone. */
-  since(afterSeq: number): { events: ActivityEvent[]; dropped: number } {
+  /** Retained events after `afterSeq` (at most `max`), and how many between it and the oldest retained are gone. */
+  since(afterSeq: number, max = this.retained): { events: ActivityEvent[]; dropped: number } {
     const oldest = this.ring.length ? Number(this.ring[0]!.seq) : this.seq + 1;
     const dropped = Math.max(0, oldest - afterSeq - 1);
     const start = Math.max(0, afterSeq - oldest + 1);
-    return { events: start >= this.ring.length ? [] : this.ring.slice(start), dropped };
+    return { events: start >= this.ring.length ? [] : this.ring.slice(start, start + max), dropped };
   }
 
   /** Resolves at the next emit, or when `signal` aborts. */

@@ -6,27 +6,54 @@ import type { ActivityLog } from "./log.js";
 type Out = MessageInitShape<typeof WatchActivityResponseSchema>;
 
 /**
- * WatchActivity: a first message naming the stream, then every retained
- * event after the client's cursor, then live ones. It reads the log at the
- * client's pace (the next event is taken only once the previous one was
- * written), so a slow client costs envd nothing but falls behind; past the
- * ring it is told how many events it missed.
+ * How long a watch gathers events after the first new one before it sends
+ * them, so that a short command's start and end go out as one message (one
+ * write here, one read and one parse at the control plane, instead of two).
  */
-export async function* watchActivity(log: ActivityLog, req: WatchActivityRequest, ctx: HandlerContext): AsyncGenerator<Out> {
+export const ACTIVITY_BATCH_MS = 15;
+
+/** Events in one message at most (a replay after a long absence is sent in parts). */
+export const ACTIVITY_BATCH_MAX = 256;
+
+/**
+ * WatchActivity: a first message naming the stream, then every retained
+ * event after the client's cursor (at once), then live ones, gathered for
+ * ACTIVITY_BATCH_MS. It reads the log at the client's pace (the next batch
+ * is taken only once the previous one was written), so a slow client costs
+ * envd nothing but falls behind; past the ring it is told how many events it
+ * missed.
+ */
+export async function* watchActivity(
+  log: ActivityLog,
+  req: WatchActivityRequest,
+  ctx: HandlerContext,
+  batchMs = ACTIVITY_BATCH_MS,
+): AsyncGenerator<Out> {
   let cursor = req.streamId === log.streamId ? Number(req.afterSeq) : 0;
   yield { streamId: log.streamId };
   while (!ctx.signal.aborted) {
     const changed = log.changed(ctx.signal);
-    const { events, dropped } = log.since(cursor);
+    const { events, dropped } = log.since(cursor, ACTIVITY_BATCH_MAX);
     if (events.length === 0) {
       await changed;
+      await pause(batchMs, ctx.signal);
       continue;
     }
-    let gap = dropped;
-    for (const event of events) {
-      yield { streamId: log.streamId, event, dropped: BigInt(gap) };
-      gap = 0;
-      cursor = Number(event.seq);
-    }
+    yield { streamId: log.streamId, events, dropped: BigInt(dropped) };
+    cursor = Number(events[events.length - 1]!.seq);
   }
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted || ms <= 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }

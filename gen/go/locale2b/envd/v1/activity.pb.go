@@ -722,10 +722,16 @@ type WatchActivityResponse struct {
 	// Identifies this envd's sequence of events: another value means envd was
 	// restarted and seq numbers began again at 1.
 	StreamId string `protobuf:"bytes,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
-	// Unset on the first message.
+	// One event per message, from envds older than `events`; unset on the
+	// first message and from envds that send `events`.
 	Event *ActivityEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
-	// Events before this one that envd no longer retained (the client fell behind).
-	Dropped       uint64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Events before this message's first that envd no longer retained (the
+	// client fell behind).
+	Dropped uint64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// This message's events, oldest first; empty on the first message. envd
+	// gathers what happens within a few milliseconds (a short command's start
+	// and end) into one message.
+	Events        []*ActivityEvent `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +785,13 @@ func (x *WatchActivityResponse) GetDropped() uint64 {
 		return x.Dropped
 	}
 	return 0
+}
+
+func (x *WatchActivityResponse) GetEvents() []*ActivityEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
 }
 
 type GetCountersRequest struct {
@@ -983,11 +996,12 @@ const file_locale2b_envd_v1_activity_proto_rawDesc = "" +
 	"\x05event\"P\n" +
 	"\x14WatchActivityRequest\x12\x1b\n" +
 	"\tafter_seq\x18\x01 \x01(\x04R\bafterSeq\x12\x1b\n" +
-	"\tstream_id\x18\x02 \x01(\tR\bstreamId\"\x85\x01\n" +
+	"\tstream_id\x18\x02 \x01(\tR\bstreamId\"\xbe\x01\n" +
 	"\x15WatchActivityResponse\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\tR\bstreamId\x125\n" +
 	"\x05event\x18\x02 \x01(\v2\x1f.locale2b.envd.v1.ActivityEventR\x05event\x12\x18\n" +
-	"\adropped\x18\x03 \x01(\x04R\adropped\"\x14\n" +
+	"\adropped\x18\x03 \x01(\x04R\adropped\x127\n" +
+	"\x06events\x18\x04 \x03(\v2\x1f.locale2b.envd.v1.ActivityEventR\x06events\"\x14\n" +
 	"\x12GetCountersRequest\"\xcb\x02\n" +
 	"\x13GetCountersResponse\x12\x17\n" +
 	"\aboot_id\x18\x01 \x01(\tR\x06bootId\x12#\n" +
@@ -1040,15 +1054,16 @@ var file_locale2b_envd_v1_activity_proto_depIdxs = []int32{
 	4,  // 5: locale2b.envd.v1.ActivityEvent.file_written:type_name -> locale2b.envd.v1.FileWritten
 	5,  // 6: locale2b.envd.v1.ActivityEvent.path_changed:type_name -> locale2b.envd.v1.PathChanged
 	6,  // 7: locale2b.envd.v1.WatchActivityResponse.event:type_name -> locale2b.envd.v1.ActivityEvent
-	7,  // 8: locale2b.envd.v1.ActivityService.WatchActivity:input_type -> locale2b.envd.v1.WatchActivityRequest
-	9,  // 9: locale2b.envd.v1.ActivityService.GetCounters:input_type -> locale2b.envd.v1.GetCountersRequest
-	8,  // 10: locale2b.envd.v1.ActivityService.WatchActivity:output_type -> locale2b.envd.v1.WatchActivityResponse
-	10, // 11: locale2b.envd.v1.ActivityService.GetCounters:output_type -> locale2b.envd.v1.GetCountersResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	6,  // 8: locale2b.envd.v1.WatchActivityResponse.events:type_name -> locale2b.envd.v1.ActivityEvent
+	7,  // 9: locale2b.envd.v1.ActivityService.WatchActivity:input_type -> locale2b.envd.v1.WatchActivityRequest
+	9,  // 10: locale2b.envd.v1.ActivityService.GetCounters:input_type -> locale2b.envd.v1.GetCountersRequest
+	8,  // 11: locale2b.envd.v1.ActivityService.WatchActivity:output_type -> locale2b.envd.v1.WatchActivityResponse
+	10, // 12: locale2b.envd.v1.ActivityService.GetCounters:output_type -> locale2b.envd.v1.GetCountersResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_locale2b_envd_v1_activity_proto_init() }
