@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import type { ActivityEvent } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
+import type { ActivityEvent, WatchActivityResponse } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
 import type { NewEvent } from "./types.js";
 
 /** Tags the workspace API starts its processes with: a background session, or one blocking exec. */
@@ -83,6 +83,11 @@ interface Started {
   ids: { session_id?: string; exec_id?: string };
   /** The control plane's own process (an issued internal tag): no events. */
   internal: boolean;
+}
+
+/** A WatchActivity message's events: a batch (envd gathers a few milliseconds), or one from an older envd. */
+export function watchedEvents(msg: WatchActivityResponse): ActivityEvent[] {
+  return msg.events.length > 0 ? msg.events : msg.event ? [msg.event] : [];
 }
 
 /**

@@ -6,7 +6,7 @@ import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ActivityDb } from "../store/activity-db.js";
 import type { EnvdRpc } from "../transport/envd-rpc.js";
 import type { EventBus } from "./bus.js";
-import { ActivityTranslator } from "./envd-activity.js";
+import { ActivityTranslator, watchedEvents } from "./envd-activity.js";
 import type { SandboxEvent } from "./types.js";
 
 interface Cursor {
@@ -127,8 +127,7 @@ export class EnvdActivityWatchers {
             cursor.streamId = msg.streamId;
             cursor.seq = 0;
           }
-          // A batch (envd gathers a few milliseconds of events), or one event from an older envd.
-          const events = msg.events.length > 0 ? msg.events : msg.event ? [msg.event] : [];
+          const events = watchedEvents(msg);
           if (events.length === 0) continue;
           if (msg.dropped > 0n) log.warn({ dropped: Number(msg.dropped) }, "envd no longer had some activity events: they are missing from the event stream");
           for (const e of events) {

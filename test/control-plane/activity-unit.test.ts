@@ -5,12 +5,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { ActivityEventSchema } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
+import { ActivityEventSchema, WatchActivityResponseSchema } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
 import { AuditLog } from "../../control-plane/audit/audit-log.js";
 import { AuditClaims } from "../../control-plane/audit/claims.js";
 import { REDACTED, Redactor, SECRET_ENV_METADATA, secretEnvNames } from "../../control-plane/audit/redact.js";
 import { EventBus } from "../../control-plane/events/bus.js";
-import { ActivityTranslator, commandOf, controlTags, internalTag } from "../../control-plane/events/envd-activity.js";
+import { ActivityTranslator, commandOf, controlTags, internalTag, watchedEvents } from "../../control-plane/events/envd-activity.js";
 import { parseConntrackLine } from "../../control-plane/events/network-watch.js";
 import { EventLog } from "../../control-plane/events/event-log.js";
 import { eventFilter, matchesEvent, parseEventTypes } from "../../control-plane/events/filter.js";
@@ -165,6 +165,14 @@ describe("EventBus", () => {
 const ev = (seq: number, event: unknown) => create(ActivityEventSchema, { seq: BigInt(seq), time: { seconds: 1_700_000_000n, nanos: 0 }, event: event as never });
 
 describe("ActivityTranslator", () => {
+  it("reads a watch message's batch, and the one event of an older envd", () => {
+    const a = ev(1, { case: "fileRead", value: { path: "/a", bytes: 1n, user: "u" } });
+    const b = ev(2, { case: "fileRead", value: { path: "/b", bytes: 1n, user: "u" } });
+    expect(watchedEvents(create(WatchActivityResponseSchema, { streamId: "s", events: [a, b] }))).toEqual([a, b]);
+    // Before `events`, envd sent one event per message in `event`.
+    expect(watchedEvents(create(WatchActivityResponseSchema, { streamId: "s", event: a }))).toEqual([a]);
+    expect(watchedEvents(create(WatchActivityResponseSchema, { streamId: "s" }))).toEqual([]);
+  });
 
   it("names a shell's -c script as the command, carries the session id, and ends with the command it started", () => {
     expect(commandOf("/bin/bash", ["-l", "-c", "echo hi"])).toBe("echo hi");
