@@ -112,7 +112,9 @@ describe("the spawn helper itself", () => {
     const abort = new AbortController();
     const it = proc.start({ process: { cmd: "/bin/sh", args: ["-c", "seq 1 100000000"], envs: {} } }, { signal: abort.signal })[Symbol.asyncIterator]();
     await readUntil(it, (text) => text.length > 1 << 20);
-    await expect.poll(() => readBufferStats().lent, { timeout: 10_000 }).toBeGreaterThan(8); // this client reads no more: its queue fills (slowly on a busy host)
+    // This client reads no more: chunks queue for it beyond the two buffers its pipes read into. How many
+    // depends on the socket buffers the kernel gives both ends (5 and 7 were seen on busy hosts, 9+ when idle).
+    await expect.poll(() => readBufferStats().lent, { timeout: 10_000 }).toBeGreaterThan(4);
     abort.abort();
     await it.next().catch(() => undefined);
     await run(proc, "pkill -f 'seq 1 100000000'; true");
