@@ -169,6 +169,7 @@ export async function benchCreate(): Promise<GoalResult[]> {
   const cp = await startControlPlaneChild({ extraArgs: ["--warm-pool", "0"] });
   const seq: CreateSample[] = [];
   const pooled: CreateSample[] = [];
+  const full: CreateSample[] = [];
   const burst: CreateSample[] = [];
   const par: CreateSample[] = [];
   const deleteMs: number[] = [];
@@ -213,15 +214,25 @@ export async function benchCreate(): Promise<GoalResult[]> {
     await cp.stop();
   }
   // The default server: `--warm-pool 2`. First each create waits until the pool holds a ready
-  // sandbox (what the goal is about); then back to back, where creates that come faster than the
-  // pool refills (one sandbox start each) miss it: those show in p95.
+  // sandbox (what the goal is about: a refill is often still starting then); then until the pool is
+  // full (no refill running: an occasional create); then back to back, where creates that come faster
+  // than the pool refills (one sandbox start each) miss it: those show in p95.
   const hot = await startControlPlaneChild();
+  const waitWarm = async (ready: number) => {
+    const until = Date.now() + 10_000;
+    while ((await hot.warmReady()) < ready && Date.now() < until) await new Promise((r) => setTimeout(r, 25));
+  };
   try {
     for (let i = 0; i < n; i++) {
-      const until = Date.now() + 10_000;
-      while ((await hot.warmReady()) < 1 && Date.now() < until) await new Promise((r) => setTimeout(r, 25));
+      await waitWarm(1);
       const s = await createToFirstOutput(hot);
       pooled.push(s);
+      await hot.deleteSandbox(s.id);
+    }
+    for (let i = 0; i < n; i++) {
+      await waitWarm(2);
+      const s = await createToFirstOutput(hot);
+      full.push(s);
       await hot.deleteSandbox(s.id);
     }
     for (let i = 0; i < n; i++) {
@@ -245,6 +256,7 @@ export async function benchCreate(): Promise<GoalResult[]> {
     ["variant", "total p50", "total p95", "create call p50", "p95", "first cmd p50", "p95", "server log p50"],
     [
       row(`one at a time, warm pool holding one (serve's default, --warm-pool 2; N=${pooled.length})`, pooled),
+      row(`one at a time, warm pool full (no refill running; N=${full.length})`, full),
       row(`back to back, warm pool (misses when faster than it refills; N=${burst.length})`, burst),
       row(`one at a time, cold (--warm-pool 0; N=${seq.length})`, seq),
       row(`${conc} at once, cold (${waves} waves, N=${par.length})`, par),
