@@ -55,8 +55,9 @@ const RETRY_MS = 30_000;
  * runtime, a whole boot for a VM). The pool refills in the background, one
  * sandbox at a time, starting shortly after a take and at the lowest CPU
  * priority the runtime can give for its first second: the sandbox just
- * handed out runs its first commands first. Warm sandboxes are not in the store: the server kills
- * them when it stops, and the next start removes any a crash left behind.
+ * handed out runs its first commands first. Warm sandboxes are not in the
+ * store: the server kills them when it stops, and the next start removes
+ * any a crash left behind.
  */
 export class WarmPool {
   private readonly ready: WarmSandbox[] = [];
