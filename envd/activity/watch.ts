@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { WatchActivityRequest, WatchActivityResponseSchema } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
 import type { ActivityLog } from "./log.js";
@@ -36,24 +37,10 @@ export async function* watchActivity(
     const { events, dropped } = log.since(cursor, ACTIVITY_BATCH_MAX);
     if (events.length === 0) {
       await changed;
-      await pause(batchMs, ctx.signal);
+      await sleep(batchMs, undefined, { signal: ctx.signal }).catch(() => undefined); // ends early when the call does
       continue;
     }
     yield { streamId: log.streamId, events, dropped: BigInt(dropped) };
     cursor = Number(events[events.length - 1]!.seq);
   }
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts. */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted || ms <= 0) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, { once: true });
-  });
 }

@@ -102,69 +102,75 @@ export function jsonDataEnvelope(kind: OutputKind, data: Uint8Array, alloc: Allo
   return buf;
 }
 
-/** ProcessEvent's oneof field numbers as length-delimited tags: start = 1, end = 3, keepalive = 4. */
-const EVENT_TAG = { start: 0x0a, end: 0x1a, keepalive: 0x22 } as const;
-
-type EndFields = { exitCode?: number; exited?: boolean; status?: string; error?: string };
+/** A field of StartEvent or EndEvent: its JSON name, its tag byte and how it is written. */
+type Field = { name: string; tag: number; kind: "uint" | "sint" | "bool" | "string" | "optional string" };
 
 /**
- * The fields of StartEvent (pid = 1) or EndEvent (exit_code = 1 as sint32,
- * exited = 2, status = 3, optional error = 4) as protobuf-es writes them
- * (proto3: defaults left out), each a tag byte and a varint or bytes.
+ * ProcessEvent's start (= 1), end (= 3) and keepalive (= 4) events: their
+ * length-delimited tags and their fields in field-number order. StartEvent:
+ * pid = 1; EndEvent: exit_code = 1 (sint32), exited = 2, status = 3,
+ * optional error = 4.
  */
-function eventFields(c: keyof typeof EVENT_TAG, v: Record<string, unknown>): [number, number | Buffer][] {
-  if (c === "start") return v.pid ? [[0x08, v.pid as number]] : [];
-  if (c === "keepalive") return [];
-  const e = v as EndFields;
-  const fields: [number, number | Buffer][] = [];
-  const code = e.exitCode ?? 0;
-  if (code !== 0) fields.push([0x08, ((code << 1) ^ (code >> 31)) >>> 0]); // zigzag
-  if (e.exited) fields.push([0x10, 1]);
-  if (e.status) fields.push([0x1a, Buffer.from(e.status, "utf8")]);
-  if (e.error !== undefined) fields.push([0x22, Buffer.from(e.error, "utf8")]);
-  return fields;
+const EVENTS: Record<"start" | "end" | "keepalive", { tag: number; fields: Field[] }> = {
+  start: { tag: 0x0a, fields: [{ name: "pid", tag: 0x08, kind: "uint" }] },
+  end: {
+    tag: 0x1a,
+    fields: [
+      { name: "exitCode", tag: 0x08, kind: "sint" },
+      { name: "exited", tag: 0x10, kind: "bool" },
+      { name: "status", tag: 0x1a, kind: "string" },
+      { name: "error", tag: 0x22, kind: "optional string" },
+    ],
+  },
+  keepalive: { tag: 0x22, fields: [] },
+};
+
+/** The fields protobuf-es writes, in order: proto3 leaves default values out, an optional field whenever it is set. */
+function present(fields: Field[], v: Record<string, unknown>): Field[] {
+  return fields.filter((f) => (f.kind === "optional string" ? v[f.name] !== undefined : Boolean(v[f.name])));
 }
 
-/** The same event as protobuf-es's JSON: default values left out, fields in field-number order. */
-function eventJson(c: keyof typeof EVENT_TAG, v: Record<string, unknown>): string {
-  const body: Record<string, unknown> = {};
-  if (c === "start" && v.pid) body.pid = v.pid;
-  if (c === "end") {
-    const e = v as EndFields;
-    if (e.exitCode) body.exitCode = e.exitCode;
-    if (e.exited) body.exited = true;
-    if (e.status) body.status = e.status;
-    if (e.error !== undefined) body.error = e.error;
-  }
-  return JSON.stringify({ event: { [c]: body } });
+/** A field's value on the wire: a varint, or the bytes of a string. */
+function wireValue(f: Field, x: unknown): number | Buffer {
+  if (f.kind === "uint") return x as number;
+  if (f.kind === "sint") return (((x as number) << 1) ^ ((x as number) >> 31)) >>> 0; // zigzag
+  if (f.kind === "bool") return 1;
+  return Buffer.from(x as string, "utf8");
 }
 
 /**
  * A start, end or keepalive event, enveloped, byte for byte what protobuf-es
- * writes (StartResponse and ConnectResponse are both `{ ProcessEvent event = 1; }`);
- * undefined for any other message (or one already made by protobuf-es).
+ * writes in binary and in JSON (StartResponse and ConnectResponse are both
+ * `{ ProcessEvent event = 1; }`); undefined for any other message (or one
+ * already made by protobuf-es).
  */
 function eventEnvelope(init: ResponseInit, binary: boolean): Buffer | undefined {
   const event = init.event?.event;
-  if (!event || init.event?.$typeName !== undefined || !event.case || !Object.hasOwn(EVENT_TAG, event.case)) return undefined;
-  const c = event.case as keyof typeof EVENT_TAG;
+  if (!event || init.event?.$typeName !== undefined || !event.case || !Object.hasOwn(EVENTS, event.case)) return undefined;
+  const c = event.case as keyof typeof EVENTS;
   const v = event.value as Record<string, unknown>;
   if (v.$typeName !== undefined) return undefined;
-  if (!binary) return envelope(0, Buffer.from(eventJson(c, v), "utf8"));
-  const fields = eventFields(c, v);
+  const fields = present(EVENTS[c].fields, v);
+  if (!binary) {
+    const body: Record<string, unknown> = {};
+    for (const f of fields) body[f.name] = v[f.name];
+    return envelope(0, Buffer.from(JSON.stringify({ event: { [c]: body } }), "utf8"));
+  }
+  const values = fields.map((f) => wireValue(f, v[f.name]));
   let size = 0;
-  for (const [, x] of fields) size += 1 + (typeof x === "number" ? varintSize(x) : varintSize(x.length) + x.length);
-  const { buf, offset } = eventFrame(EVENT_TAG[c], size);
+  for (const x of values) size += 1 + (typeof x === "number" ? varintSize(x) : varintSize(x.length) + x.length);
+  const { buf, offset } = eventFrame(EVENTS[c].tag, size);
   let o = offset;
-  for (const [tag, x] of fields) {
-    buf[o++] = tag;
+  fields.forEach((f, i) => {
+    const x = values[i]!;
+    buf[o++] = f.tag;
     if (typeof x === "number") o = writeVarint(buf, o, x);
     else {
       o = writeVarint(buf, o, x.length);
       buf.set(x, o);
       o += x.length;
     }
-  }
+  });
   return buf;
 }
 
