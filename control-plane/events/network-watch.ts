@@ -2,7 +2,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import type { Logger } from "pino";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import { ipBin, NET_BASE, run } from "../runtimes/net/addresses.js";
+import { ipBin, NET_BASE } from "../runtimes/net/addresses.js";
+import { runCommand } from "../host/commands.js";
 import { findExecutable } from "../host/executables.js";
 import type { EventBus } from "./bus.js";
 
@@ -108,7 +109,7 @@ export class NetworkWatch {
   private async refresh(): Promise<void> {
     let out = "";
     try {
-      out = (await run(ipBin(), ["-o", "-4", "addr", "show"])).stdout;
+      out = (await runCommand(ipBin(), ["-o", "-4", "addr", "show"])).stdout;
     } catch (err) {
       this.o.log.debug({ err }, "listing the host's addresses failed");
       return;

@@ -3,14 +3,11 @@
 // process sandbox's veth pair), the host at .1 and the sandbox at .2. Which
 // /30s are taken is read from the host's l2b* devices, so runtimes and
 // restarts share the pool without a registry.
-import { execFile } from "node:child_process";
 import { mkdirSync, rmdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
+import { runCommand } from "../../host/commands.js";
 import { findExecutable } from "../../host/executables.js";
-
-export const run = promisify(execFile);
 
 /** The address range sandboxes' /30s come from (16384 sandboxes). */
 export const NET_BASE = "10.201.0.0/16";
@@ -41,7 +38,7 @@ export function addresses(index: number): { host: string; guest: string; netmask
 /** /30 indexes the host's l2b* devices already use. */
 async function usedIndexes(): Promise<Set<number>> {
   const used = new Set<number>();
-  const { stdout } = await run(ipBin(), ["-o", "-4", "addr", "show"]);
+  const { stdout } = await runCommand(ipBin(), ["-o", "-4", "addr", "show"]);
   for (const line of stdout.split("\n")) {
     const m = /^\d+:\s+(\S+)\s+inet\s+(\d+)\.(\d+)\.(\d+)\.(\d+)\//.exec(line);
     if (!m || !m[1]!.startsWith("l2b") || Number(m[2]) !== A || Number(m[3]) !== B) continue;
@@ -54,7 +51,7 @@ async function usedIndexes(): Promise<Set<number>> {
 export async function ip(args: string[], prefix: string[] = []): Promise<void> {
   const [file, ...rest] = [...prefix, ipBin(), ...args];
   try {
-    await run(file!, rest);
+    await runCommand(file!, rest);
   } catch (err) {
     const why = ((err as { stderr?: string }).stderr ?? (err as Error).message).trim();
     throw new Error(`ip ${args.join(" ")} failed: ${why}${/permitted|denied/i.test(why) ? " (network devices need root or CAP_NET_ADMIN)" : ""}`);
@@ -134,5 +131,5 @@ export async function withFreeIndex<T>(setUp: (index: number) => Promise<T>): Pr
 
 /** Removes a network device; one that is already gone is fine. */
 export async function deleteDevice(name: string): Promise<void> {
-  await run(ipBin(), ["link", "del", name]).catch(() => undefined);
+  await runCommand(ipBin(), ["link", "del", name]).catch(() => undefined);
 }

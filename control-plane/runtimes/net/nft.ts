@@ -16,7 +16,8 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
-import { deleteDevice, NET_BASE, run, withHostLock } from "./addresses.js";
+import { runCommand } from "../../host/commands.js";
+import { deleteDevice, NET_BASE, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "./policy.js";
 
@@ -34,9 +35,7 @@ export function missingTools(tools: string[]): string | undefined {
 
 /** Runs an nft script as one transaction. */
 async function nft(script: string): Promise<void> {
-  const done = run(findExecutable("nft")!, ["-f", "-"], { encoding: "utf8" });
-  done.child.stdin?.end(script);
-  await done.catch((err: { stderr?: string; message: string }) => {
+  await runCommand(findExecutable("nft")!, ["-f", "-"], { input: script }).catch((err: { stderr?: string; message: string }) => {
     throw new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`);
   });
 }
@@ -76,7 +75,7 @@ let tableReady: Promise<void> | undefined;
 export function ensureTable(log: Logger): Promise<void> {
   tableReady ??= (async () => {
     const current = () =>
-      run(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
+      runCommand(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
         (r) => String(r.stdout).includes(`chain ${SCHEMA}`),
         () => false,
       );
@@ -143,8 +142,8 @@ export async function applyPolicy(device: string, sandboxId: string, policy: Egr
 export async function removePolicy(device: string, sandboxId: string): Promise<void> {
   const bin = findExecutable("nft");
   if (!bin) return;
-  await run(bin, ["delete", "element", ...TABLE.split(" "), "sandboxes", `{ "${device}" }`]).catch(() => undefined);
-  await run(bin, ["delete", "chain", ...TABLE.split(" "), policyChain(sandboxId)]).catch(() => undefined);
+  await runCommand(bin, ["delete", "element", ...TABLE.split(" "), "sandboxes", `{ "${device}" }`]).catch(() => undefined);
+  await runCommand(bin, ["delete", "chain", ...TABLE.split(" "), policyChain(sandboxId)]).catch(() => undefined);
 }
 
 /** A sandbox is gone: its chain and its host device (veth or tap) go too; what is already gone is fine. */

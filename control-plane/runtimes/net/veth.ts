@@ -3,9 +3,9 @@
 // `eth0`), NATed to the host's uplink, filtered by the nft rules on the host
 // end (nft.ts), where nothing in the sandbox can change them (its root has no
 // CAP_NET_ADMIN).
-import { execFile } from "node:child_process";
 import { statSync } from "node:fs";
 import type { Logger } from "pino";
+import { runCommand } from "../../host/commands.js";
 import { findExecutable } from "../../host/executables.js";
 import { addresses, deviceName, ipBin, withFreeIndex } from "./addresses.js";
 import { applyPolicy, disableIpv6, missingTools, releaseDevice } from "./nft.js";
@@ -31,14 +31,13 @@ export function vethUnsupported(): string | undefined {
 /** `ip -batch -` (optionally inside a namespace through nsenter), with an error that says which command failed. */
 function ipBatch(commands: string[], netns?: string): Promise<void> {
   const [file, ...args] = netns ? [findExecutable("nsenter")!, `--net=${netns}`, ipBin(), "-batch", "-"] : [ipBin(), "-batch", "-"];
-  return new Promise((resolve, reject) => {
-    const child = execFile(file!, args, { encoding: "utf8" }, (err, _out, stderr) => {
-      if (!err) return resolve();
-      const why = (stderr || err.message).trim();
-      reject(new Error(`ip ${netns ? "(in the sandbox) " : ""}failed: ${why}${/permitted|denied/i.test(why) ? " (network devices need root)" : ""}`));
-    });
-    child.stdin?.end(commands.join("\n") + "\n");
-  });
+  return runCommand(file!, args, { input: commands.join("\n") + "\n" }).then(
+    () => undefined,
+    (err: { stderr?: string; message: string }) => {
+      const why = (err.stderr || err.message).trim();
+      throw new Error(`ip ${netns ? "(in the sandbox) " : ""}failed: ${why}${/permitted|denied/i.test(why) ? " (network devices need root)" : ""}`);
+    },
+  );
 }
 
 /**

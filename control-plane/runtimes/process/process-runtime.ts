@@ -7,6 +7,7 @@ import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
 import { copyImage, snapshotDiskPath } from "./disk-snapshot.js";
 import { findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
+import { offerSpawnHelper } from "../../host/commands.js";
 import { probeHost, runtimePaths, type HostCapabilities } from "./capabilities.js";
 import { openCgroup } from "./cgroup-detect.js";
 import type { CgroupLimits, SandboxCgroup } from "./cgroups.js";
@@ -115,6 +116,9 @@ export class ProcessRuntime implements Runtime {
     if (caps.missing) throw new Error(`cannot start a sandbox: ${caps.missing}`);
     const image = findTemplateImage(spec.templateId, this.opts.imagesDir ?? imagesDir());
     if (!image) throw new Error(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
+    const initBinary = join(image.rootfsDir, GUEST.init.slice(1));
+    // The init also starts the host commands a sandbox's start and end need (ip, nft, mkfs.ext4), without forking the server.
+    offerSpawnHelper(initBinary);
     const ids = this.idRange();
     const rootfs = await shiftedRootfs(image, ids.base);
     const layout = sandboxLayout(spec.dir);
@@ -129,7 +133,7 @@ export class ProcessRuntime implements Runtime {
       else await createDisk(layout.disk, spec.diskSizeMB);
       cgroup = this.makeCgroup(spec, caps, cpuCount);
       launched = await launchSandbox({
-        initBinary: join(image.rootfsDir, GUEST.init.slice(1)),
+        initBinary,
         sandboxId: spec.sandboxId,
         rootfs,
         disk: layout.disk,

@@ -11,6 +11,7 @@ import { mkdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import type { GuestImage } from "../../images/layout.js";
+import { runCommand } from "../../host/commands.js";
 import { findExecutable } from "../../host/executables.js";
 
 const run = promisify(execFile);
@@ -93,7 +94,7 @@ export async function createDisk(path: string, sizeMB: number): Promise<void> {
   await rm(path, { force: true });
   const size = `${Math.max(64, Math.floor(sizeMB))}M`;
   try {
-    await run(mkfs, ["-q", "-F", "-m", "0", "-i", "8192", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path, size]);
+    await runCommand(mkfs, ["-q", "-F", "-m", "0", "-i", "8192", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", path, size]);
   } catch (err) {
     await rm(path, { force: true });
     const why = ((err as { stderr?: string }).stderr || (err as Error).message).trim();

@@ -108,7 +108,7 @@ function frame(type: number, body: Buffer): Buffer {
 }
 
 /** One `--spawn-helper` process and the children it started. */
-class SpawnHelper {
+export class SpawnHelper {
   readonly proc: ChildProcess;
   private buf: Buffer = Buffer.alloc(0);
   private nextId = 1;
@@ -342,4 +342,3 @@ export function resetSpawnHelper(): void {
   unusable = undefined;
 }
 
-export type { SpawnHelper };
