@@ -37,10 +37,13 @@ export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, s
   };
 }
 
-/** A client's timeout in whole seconds, or `invalid` when it is not positive or past the limit. */
-export function checkTimeout(seconds: number, maxSeconds: number): number {
-  if (!Number.isFinite(seconds) || seconds <= 0) {
-    throw new ControlPlaneError("invalid", `timeout must be a positive number of seconds, got ${seconds}`);
+/**
+ * A client's timeout in whole seconds, or `invalid` when it is not positive
+ * (0 too, with `zero`: "end now", as E2B's POST /timeout takes it) or past the limit.
+ */
+export function checkTimeout(seconds: number, maxSeconds: number, zero = false): number {
+  if (!Number.isFinite(seconds) || seconds < 0 || (seconds === 0 && !zero)) {
+    throw new ControlPlaneError("invalid", `timeout must be a positive number of seconds${zero ? " or 0 (end now)" : ""}, got ${seconds}`);
   }
   if (seconds > maxSeconds) throw new ControlPlaneError("invalid", `Timeout cannot be greater than ${maxSeconds / 3600} hours`);
   return Math.ceil(seconds);

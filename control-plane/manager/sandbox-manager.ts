@@ -371,10 +371,12 @@ export class SandboxManager {
     this.emit("killed", dead);
   }
 
-  /** POST /timeout: the sandbox now ends `seconds` from now (shorter or longer). */
+  /** POST /timeout: the sandbox now ends `seconds` from now (shorter or longer; 0: its timeout action runs now). */
   async setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
-    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Date.now() + timeout * 1000 }));
+    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds, true);
+    const rec = await this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Date.now() + timeout * 1000 }));
+    if (timeout === 0) void this.reap();
+    return rec;
   }
 
   /** PUT /sandboxes/{id}/network: replaces the egress rules of a sandbox that has its own network. */

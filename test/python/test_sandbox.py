@@ -149,6 +149,35 @@ def test_set_timeout_extends_and_shortens(sandbox: Sandbox):
     assert _between(sandbox.get_info().end_at, before, datetime.now(timezone.utc), timedelta(seconds=90))
 
 
+def test_set_timeout_zero_runs_the_timeout_action_now(control_plane):
+    # POST /timeout takes 0 (the spec's minimum): the sandbox's end is now.
+    paused = Sandbox.create(timeout=600, lifecycle={"on_timeout": {"action": "pause"}})
+    killed = Sandbox.create(timeout=600)
+    try:
+        paused.files.write("/home/user/kept.txt", "kept")
+        paused.set_timeout(0)
+        Sandbox.set_timeout(killed.sandbox_id, 0)
+        wait_until(lambda: not paused.is_running(), "the sandbox to pause on its timeout", timeout=30, interval=0.2)
+        assert Sandbox.get_info(paused.sandbox_id).state.value == "paused"
+
+        def gone():
+            try:
+                Sandbox.get_info(killed.sandbox_id)
+                return False
+            except SandboxNotFoundException:
+                return True
+
+        wait_until(gone, "the sandbox to be killed on its timeout", timeout=30, interval=0.2)
+        resumed = paused.connect()
+        assert resumed.files.read("/home/user/kept.txt") == "kept"
+        # A negative timeout is still refused.
+        with pytest.raises(Exception, match="timeout"):
+            resumed.set_timeout(-1)
+    finally:
+        paused.kill()
+        killed.kill()
+
+
 def test_timeout_kills_the_sandbox(control_plane):
     sbx = Sandbox.create(timeout=2)
     sid = sbx.sandbox_id
