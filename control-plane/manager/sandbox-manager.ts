@@ -42,6 +42,8 @@ export class SandboxManager {
   private readonly runtimes: RuntimeSet;
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
+  /** Sandboxes being killed: no longer routed to (their traffic is answered as for a sandbox that is gone). */
+  private readonly ending = new Set<string>();
   private reaper: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly fs: FsPauseDeps;
@@ -360,13 +362,21 @@ export class SandboxManager {
   }
 
   private async killLocked(rec: SandboxRecord, reason: string): Promise<void> {
-    const inst = this.instances.take(rec.id);
-    this.o.pool.drop(rec.id);
-    await inst?.kill();
-    this.o.pool.forget(rec.id);
-    rmSync(this.dir(rec.id), { recursive: true, force: true });
-    forgetPausedFiles(this.o.dataDir, rec.id);
-    const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
+    // From here on its traffic is answered "not found", as after the kill: a client whose stream
+    // ended because envd died first must not be told the sandbox is merely unreachable.
+    this.ending.add(rec.id);
+    let dead: SandboxRecord;
+    try {
+      const inst = this.instances.take(rec.id);
+      this.o.pool.drop(rec.id);
+      await inst?.kill();
+      this.o.pool.forget(rec.id);
+      rmSync(this.dir(rec.id), { recursive: true, force: true });
+      forgetPausedFiles(this.o.dataDir, rec.id);
+      dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
+    } finally {
+      this.ending.delete(rec.id);
+    }
     this.o.log.info({ sandboxId: rec.id, reason }, "sandbox killed");
     this.emit("killed", dead);
   }
@@ -400,6 +410,7 @@ export class SandboxManager {
    * autoResume is resumed first; otherwise `unavailable` (not running).
    */
   async endpoint(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
+    if (this.ending.has(id)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
     let rec = this.get(id);
     // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
     if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {
@@ -411,6 +422,18 @@ export class SandboxManager {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
     }
     return { sandbox: rec, socketPath: this.instance(rec).socketPath };
+  }
+
+  /** Is the sandbox being killed (its traffic no longer routed)? */
+  isEnding(id: string): boolean {
+    return this.ending.has(id);
+  }
+
+  /** Is the sandbox killed, being killed, or unknown? */
+  isGone(id: string): boolean {
+    if (this.ending.has(id)) return true;
+    const rec = this.o.store.getSandbox(id);
+    return !rec || rec.state === "killed";
   }
 
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */

@@ -72,3 +72,18 @@ async def test_async_watch_dir_streams_events(control_plane):
         await handle.stop()
     finally:
         await sbx.kill()
+
+
+@pytest.mark.asyncio
+async def test_async_kill_during_a_command_says_the_sandbox_was_killed(control_plane):
+    # The SDK reads a command's stream in the background; when envd dies under the kill, it asks the proxy
+    # whether the sandbox is still there. That answer must be E2B's "not found" (the SDK then says the
+    # sandbox was killed), not "unreachable", even while the kill is still under way.
+    from e2b import TimeoutException
+
+    sbx = await AsyncSandbox.create(timeout=120)
+    cmd = await sbx.commands.run("sleep 60", background=True)
+    assert await sbx.kill() is True
+    with pytest.raises(TimeoutException) as info:
+        await cmd.wait()
+    assert "sandbox was killed or reached its end of life" in str(info.value)

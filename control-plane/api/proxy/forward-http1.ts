@@ -4,7 +4,7 @@
 // other.
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
-import { endToEndRawHeaders, hasRawHeader, isConnectPath, sendProxyError } from "./http.js";
+import { endToEndRawHeaders, hasRawHeader, isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "./http.js";
 import { withMaskedHost } from "./mask-host.js";
 
 export interface ForwardOptions {
@@ -12,6 +12,8 @@ export interface ForwardOptions {
   describe?: (err: NodeJS.ErrnoException) => string;
   /** The Host to send instead of the client's (maskRequestHost). */
   host?: string;
+  /** Is the sandbox gone (killed, or being killed)? Then a failure is answered as for an unknown sandbox. */
+  gone?: () => boolean;
 }
 
 export function forwardHttp1(
@@ -54,7 +56,8 @@ export function forwardHttp1(
       res.destroy();
       return;
     }
-    sendProxyError(res, 502, describe(err), isConnectPath(req.url));
+    if (opts.gone?.()) sendProxyError(res, 502, SANDBOX_NOT_FOUND, isConnectPath(req.url), sandboxId);
+    else sendProxyError(res, 502, describe(err), isConnectPath(req.url));
   });
   req.on("data", (chunk: Buffer) => metrics.addProxiedBytes("in", chunk.length));
   // pipe (not pipeline): an upstream failure must not destroy `req`, or the socket goes before the 502.

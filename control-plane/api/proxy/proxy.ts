@@ -5,7 +5,7 @@ import { ControlPlaneError } from "../../manager/types.js";
 import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
 import { forwardHttp1 } from "./forward-http1.js";
-import { isConnectPath, sendProxyError } from "./http.js";
+import { isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
 import { dialGuestPort } from "../../transport/hybrid-vsock.js";
@@ -32,8 +32,7 @@ type Resolved = { sandboxId: string; endpoint: SandboxEndpoint };
 /** `sandboxId`: answered in E2B's proxy shape (`{sandboxId, message, code}`). */
 type Refused = { status: number; message: string; sandboxId?: string };
 
-/** E2B's proxy answer for a sandbox it does not know (or no longer runs), word for word. */
-const notFound = (sandboxId: string): Refused => ({ status: 502, message: "The sandbox was not found", sandboxId });
+const notFound = (sandboxId: string): Refused => ({ status: 502, message: SANDBOX_NOT_FOUND, sandboxId });
 
 /** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
 function trafficAllowed(req: IncomingMessage, endpoint: SandboxEndpoint): boolean {
@@ -68,6 +67,8 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const h2 = new H2Upstreams();
 
   const target = (req: IncomingMessage): Target | undefined => requestTarget(req, hostSuffix);
+  /** A sandbox killed (or being killed) after its request was routed: its failures read as E2B's "not found". */
+  const gone = (sandboxId: string): boolean => manager.isGone(sandboxId);
 
 
   /** The sandbox and endpoint of a request, or the error to answer it with (before anything is forwarded). */
@@ -109,14 +110,15 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
       );
     }
     if (req.httpVersionMajor === 2) {
+      const fail = (err: Error) =>
+        gone(sandboxId)
+          ? sendProxyError(res, 502, SANDBOX_NOT_FOUND, connect, sandboxId)
+          : sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
       const session = await h2.get(sandboxId, endpoint.socketPath, pool.gate(sandboxId)).catch((err: Error) => err);
-      if (session instanceof Error) {
-        return sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${session.message})`, connect);
-      }
-      const fail = (err: Error) => sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
+      if (session instanceof Error) return fail(session);
       return forwardH2(req as unknown as Http2ServerRequest, res as unknown as Http2ServerResponse, session, metrics, fail);
     }
-    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, ENVD_PORT), metrics);
+    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, ENVD_PORT), metrics, { gone: () => gone(sandboxId) });
   };
 
   /**
@@ -133,6 +135,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, port, ENVD_PORT), metrics, {
       describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
       host: maskedHost(endpoint.maskRequestHost, port),
+      gone: () => gone(sandboxId),
     });
   };
 
