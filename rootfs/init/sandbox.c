@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -337,6 +338,34 @@ static void make_dev(void)
 	mount_or_die("run", "/run", "tmpfs", MS_NOSUID | MS_NODEV, opts);
 }
 
+/*
+ * A boot id of the sandbox's own over the host's, as a VM has one: new at every start (a sandbox resumed
+ * from its files boots anew, and shows it), and nothing that tells sandboxes on one host apart from others.
+ * Runs in the new root, after make_dev(): the file is made on its /dev, bound over the kernel's, and
+ * unlinked (the bind keeps it; nothing else shows it).
+ */
+static void own_boot_id(void)
+{
+	const char *target = "/proc/sys/kernel/random/boot_id", *file = "/dev/.l2b-boot-id";
+	if (access(target, F_OK) < 0)
+		return;
+	unsigned char b[16];
+	if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+		die("getrandom: %s", strerror(errno));
+	b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* a version 4 UUID, as the kernel's */
+	b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+	char text[40];
+	snprintf(text, sizeof text, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n", b[0], b[1], b[2],
+		 b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+	int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text) || close(fd) < 0)
+		die("writing %s: %s", file, strerror(errno));
+	mount_or_die(file, target, NULL, MS_BIND, NULL);
+	mount_or_die(NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	if (unlink(file) < 0)
+		die("unlink %s: %s", file, strerror(errno));
+}
+
 /* /proc of the sandbox's pid namespace, with what Docker masks masked and the kernel's knobs read-only. */
 static void make_proc(void)
 {
@@ -351,6 +380,7 @@ static void make_proc(void)
 	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
 		if (access(dirs[i], F_OK) == 0)
 			mount_or_die("l2b-masked", dirs[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+	own_boot_id();
 	const char *ro[] = { "/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs" };
 	for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
 		if (access(ro[i], F_OK) < 0)

@@ -159,6 +159,28 @@ describe.skipIf(skip !== undefined)(`escapes through commands, as user and as ro
     expect(cg.out.trim().split("\n").every((l) => l.endsWith(":/"))).toBe(true);
   });
 
+  it.each(both)("as %s: the boot id is the sandbox's own (not the host's, not its neighbour's) and cannot be changed or uncovered", async (user) => {
+    const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+    const mine = (await sh(a, "cat /proc/sys/kernel/random/boot_id", user)).out.trim();
+    const theirs = (await sh(b, "cat /proc/sys/kernel/random/boot_id", user)).out.trim();
+    const host = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    expect(mine).toMatch(uuid);
+    expect(theirs).toMatch(uuid);
+    expect(mine).not.toBe(host);
+    expect(mine).not.toBe(theirs);
+    for (const cmd of [
+      "echo 00000000-0000-4000-8000-000000000000 > /proc/sys/kernel/random/boot_id",
+      "umount /proc/sys/kernel/random/boot_id",
+      "umount -l /proc/sys/kernel/random/boot_id",
+      "mount -o remount,rw /proc/sys/kernel/random/boot_id",
+      "ls -a /dev | grep -q boot-id",
+    ]) {
+      const r = await sh(a, `sh -c '${cmd}'`, user);
+      expect(r.code, `${user}: ${cmd}: ${r.out}`).not.toBe(0);
+    }
+    expect((await sh(a, "cat /proc/sys/kernel/random/boot_id", user)).out.trim()).toBe(mine);
+  });
+
   it.each(both)("as %s: only fds 0-2 are open in a new process, whatever the server inherited", async (user) => {
     const r = await sh(a, "ls /proc/self/fd | sort -n | tr '\\n' ' '", user);
     // 3 is ls's own directory handle.

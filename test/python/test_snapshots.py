@@ -100,18 +100,24 @@ def test_snapshot_bad_input(control_plane):
 def test_filesystem_only_pause_and_reboot(control_plane):
     sbx = Sandbox.create(template="base", timeout=600, envs={"KEEP": "yes"})
     try:
+        boot_id = "/proc/sys/kernel/random/boot_id"
         sbx.files.write("/home/user/keep.txt", "kept")
         sbx.commands.run("sleep 600", background=True, timeout=0)
+        first_boot = sbx.files.read(boot_id)
         assert sbx.pause(mode="filesystem") is True
         assert sbx.get_info().state.value == "paused"
         back = Sandbox.connect(sbx.sandbox_id)
         assert back.files.read("/home/user/keep.txt") == "kept"
         assert back.commands.run("echo $KEEP; pgrep -x sleep || echo none").stdout == "yes\nnone\n"
+        # Booted anew, as a VM cold-booted from its disk: a new boot id.
+        second_boot = back.files.read(boot_id)
+        assert second_boot != first_boot
 
         back.commands.run("sleep 601", background=True, timeout=0)
         back.pause()
         rebooted = Sandbox.connect(sbx.sandbox_id, on_resume="reboot")
         assert rebooted.commands.run("pgrep -fx 'sleep 601' || echo none").stdout == "none\n"
         assert rebooted.files.read("/home/user/keep.txt") == "kept"
+        assert rebooted.files.read(boot_id) not in (first_boot, second_boot)
     finally:
         sbx.kill()
