@@ -86,7 +86,7 @@ export function createFilesystemService(ctx: EnvdContext): { impl: ServiceImpl<t
       return { watcherId };
     },
     async getWatcherEvents(req) {
-      return { events: watchers.take(req.watcherId) };
+      return { events: await watchers.take(req.watcherId) };
     },
     async removeWatcher(req) {
       watchers.remove(req.watcherId);

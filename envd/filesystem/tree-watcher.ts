@@ -34,6 +34,8 @@ interface DirNode {
 }
 
 interface Pending {
+  /** When its first notification came. */
+  since: number;
   dir: string;
   /** undefined: the whole directory must be re-read (the kernel gave no name). */
   name: string | undefined;
@@ -60,6 +62,58 @@ export interface TreeWatcherOptions {
 /** How long a name seen appearing (but already gone) waits for the notification of its going. */
 const GHOST_MS = 2_000;
 
+/**
+ * Files envd is writing now (an upload, from its create to its chown and
+ * chmod), by byte-string path → when it began. Their notifications wait
+ * (at most HOLD_MS from the first) until the upload ends, so that a
+ * watcher reports the upload as E2B's envd does, whatever the machine's
+ * load: a new file as CREATE, CHMOD (it is given to the user), WRITE, an
+ * existing one as CHMOD, WRITE. `fs.watch` says only "change" for
+ * IN_ATTRIB and IN_MODIFY alike, and a chown to the owner a file already has
+ * leaves no trace in its stat: the end of an upload is its CHMOD.
+ */
+const uploads = new Map<string, { ended: boolean; at: number }>();
+const MAX_UPLOADS = 4096;
+/** The longest an upload's notifications wait for its end (a large upload shows its progress after this). */
+const HOLD_MS = 1_000;
+/** How long an upload's end is remembered for the notifications that come after it. */
+const ENDED_MS = 2_000;
+
+function forgetOldUploads(now: number): void {
+  if (uploads.size < MAX_UPLOADS) return;
+  for (const [p, u] of uploads) if (now - u.at > (u.ended ? ENDED_MS : HOLD_MS) || uploads.size >= MAX_UPLOADS) uploads.delete(p);
+}
+
+/** envd begins to write `path` (absolute, UTF-8) for an upload. */
+export function uploadStarted(path: string): void {
+  const now = Date.now();
+  forgetOldUploads(now);
+  uploads.set(byteString(path), { ended: false, at: now });
+}
+
+/** The upload of `path` ended: `attributes` when envd set its owner and mode (it did unless it failed). */
+export function uploadEnded(path: string, attributes: boolean): void {
+  const key = byteString(path);
+  if (attributes) uploads.set(key, { ended: true, at: Date.now() });
+  else uploads.delete(key);
+}
+
+/** Are `path`'s notifications held for an upload under way (since `since`)? */
+function heldForUpload(path: string, since: number): boolean {
+  const u = uploads.get(path);
+  return u !== undefined && !u.ended && Date.now() - since < HOLD_MS;
+}
+
+/** Did an upload just end at `path`, and has this watcher (`reported`: path → that end) not said so yet? */
+function takeUploadEnd(path: string, reported: Map<string, number>): boolean {
+  const u = uploads.get(path);
+  const now = Date.now();
+  for (const [p, at] of reported) if (now - at > ENDED_MS) reported.delete(p);
+  if (!u?.ended || now - u.at > ENDED_MS || reported.get(path) === u.at) return false;
+  reported.set(path, u.at);
+  return true;
+}
+
 export class TreeWatcher {
   private readonly nodes = new Map<string, DirNode>();
   private readonly pending = new Map<string, Pending>();
@@ -71,6 +125,10 @@ export class TreeWatcher {
   private readonly ghosts = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
+  /** Ends of uploads this watcher has reported (path → when the upload ended). */
+  private readonly uploadEnds = new Map<string, number>();
+  /** The burst being classified and handed to the sink. */
+  private current: Promise<void> | undefined;
   private closed = false;
 
   private readonly opts: TreeWatcherOptions;
@@ -145,6 +203,8 @@ export class TreeWatcher {
       const child = join(path, names[i]!);
       node.entries.set(names[i]!, snap);
       out?.push(this.event(child, EventType.CREATE));
+      // Written before its new directory was watched: the write happened all the same.
+      if (out && !snap.dir && snap.size > 0n) out.push(this.event(child, EventType.WRITE));
       if (snap.dir && this.opts.recursive) await this.addDir(child, out);
     }
   }
@@ -187,7 +247,7 @@ export class TreeWatcher {
     const key = `${dir}\0${name ?? "\0"}`;
     let p = this.pending.get(key);
     if (!p) {
-      p = { dir, name, renames: 0, changes: 0 };
+      p = { since: Date.now(), dir, name, renames: 0, changes: 0 };
       this.pending.set(key, p);
     }
     if (type === "rename") p.renames++;
@@ -199,16 +259,39 @@ export class TreeWatcher {
     if (this.timer || this.running || this.closed || this.pending.size === 0) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      void this.run();
+      this.current = this.run();
     }, FLUSH_MS);
+  }
+
+  /**
+   * Hands every change the kernel has reported so far to the sink, without
+   * waiting out FLUSH_MS: a client that polls right after a write it made
+   * (GetWatcherEvents) sees its events, as with E2B's envd, which reads
+   * inotify as events come.
+   */
+  async settle(): Promise<void> {
+    // Notifications read by this turn of the event loop's poll (the kernel queued them before the
+    // request that asks for them was sent) are dispatched before a setImmediate callback.
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    while (!this.closed) {
+      if (this.running) {
+        await this.current;
+        continue;
+      }
+      // (Notifications of an upload still under way are not waited for.)
+      if (![...this.pending.values()].some((p) => p.name === undefined || !heldForUpload(join(p.dir, p.name), p.since))) return;
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      await (this.current = this.run());
+    }
   }
 
   private async run(): Promise<void> {
     this.running = true;
     try {
-      while (this.pending.size > 0 && !this.closed) {
-        const batch = [...this.pending.values()];
-        this.pending.clear();
+      while (!this.closed) {
+        const batch = this.takeBatch();
+        if (batch.length === 0) break;
         const events = await this.classify(batch);
         if (events.length > 0 && !this.closed) await this.opts.sink(events);
       }
@@ -218,6 +301,17 @@ export class TreeWatcher {
       this.running = false;
     }
     this.schedule();
+  }
+
+  /** The notifications to classify now: all but those held for an upload under way. */
+  private takeBatch(): Pending[] {
+    const batch: Pending[] = [];
+    for (const [key, p] of this.pending) {
+      if (p.name !== undefined && heldForUpload(join(p.dir, p.name), p.since)) continue;
+      batch.push(p);
+      this.pending.delete(key);
+    }
+    return batch;
   }
 
   /** Turns a burst of raw notifications into events, updating the stat cache. */
@@ -310,9 +404,12 @@ export class TreeWatcher {
       }
       node.entries.set(it.name, snap);
       this.ghosts.delete(path);
+      const attributes = !snap.dir && takeUploadEnd(path, this.uploadEnds);
       if (!old || old.ino !== snap.ino || old.dir !== snap.dir) {
         if (old?.dir) this.closeSubtree(path);
         emit(path, EventType.CREATE);
+        // (E2B's envd: open with O_CREAT, chown, write.)
+        if (attributes) emit(path, EventType.CHMOD);
         if (it.changes > 0 && !snap.dir) emit(path, EventType.WRITE);
         // A directory moved within the tree brings its entries along silently.
         if (snap.dir && this.opts.recursive) await this.addDir(path, removed.has(snap.ino) ? undefined : out);
@@ -327,10 +424,10 @@ export class TreeWatcher {
       }
       if (it.changes === 0 && !it.rescan) continue;
       const data = old.size !== snap.size || old.mtimeNs !== snap.mtimeNs;
-      if (meta) emit(path, EventType.CHMOD);
+      if (meta || attributes) emit(path, EventType.CHMOD);
       // inotify cannot be asked which of IN_MODIFY/IN_ATTRIB fired; a change
       // that left no trace in the stat is most likely a write.
-      if (data || (!meta && !it.rescan)) emit(path, EventType.WRITE);
+      if (data || (!meta && !attributes && !it.rescan)) emit(path, EventType.WRITE);
     }
     for (const [path, key] of gone) {
       if (this.nodes.get(path)?.key === key) this.closeSubtree(path);

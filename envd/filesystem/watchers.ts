@@ -91,9 +91,11 @@ export class WatcherRegistry {
     return id;
   }
 
-  /** Drains the events collected since the last call. */
-  take(id: string): FilesystemEvent[] {
-    const w = this.get(id);
+  /** Drains the events collected since the last call, including those of changes the kernel has reported and not yet classified. */
+  async take(id: string): Promise<FilesystemEvent[]> {
+    let w = this.get(id);
+    await w.tree.settle();
+    w = this.get(id); // (removed meanwhile: not found)
     if (w.error) throw w.error;
     const events = w.events;
     w.events = [];

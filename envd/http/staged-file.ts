@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { uploadEnded, uploadStarted } from "../filesystem/tree-watcher.js";
 import { replaceMetadata } from "../filesystem/xattr.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
@@ -102,6 +103,7 @@ export class StagedFile {
     const dir = dirname(target);
     await ensureDir(dir, user, path);
     const tmp = exists ? join(stagingDir(), `upload-${randomBytes(8).toString("hex")}`) : target;
+    uploadStarted(target);
     return new StagedFile(path, target, tmp, mode, user);
   }
 
@@ -160,12 +162,14 @@ export class StagedFile {
       if (isRoot()) await chown(this.target, this.user.uid, this.user.gid);
     }
     await replaceMetadata(this.target, metadata);
+    uploadEnded(this.target, true);
     this.committed = true;
   }
 
   /** Removes what a failed upload wrote: the temporary file, or the new file itself. */
   async discard(): Promise<void> {
     if (this.committed) return;
+    uploadEnded(this.target, false);
     // A failed pipeline may destroy the sink before its open completes: wait for it.
     if (this.sink && !this.sink.closed) await new Promise<void>((r) => this.sink!.once("close", () => r()));
     if (!this.written) return;

@@ -57,6 +57,41 @@ describe("polling watchers", () => {
     expect((await rpcError(fs.createWatcher({ path: join(dir, "nope") }, { headers: root }))).code).toBe(Code.NotFound);
   });
 
+  it("an upload's events are there at once, as E2B's envd reports them: new file CREATE, CHMOD, WRITE; existing CHMOD, WRITE", async () => {
+    const dir = fresh();
+    const { watcherId } = await fs.createWatcher({ path: dir, recursive: true }, { headers: root });
+    const upload = async (path: string, body: string) => {
+      const r = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}&username=root`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream" },
+        body,
+      });
+      expect(r.status).toBe(200);
+    };
+    // One poll, right after each upload answered (no waiting): E2B's SDK tests do exactly that.
+    const events = async () =>
+      (await fs.getWatcherEvents({ watcherId }, { headers: root })).events.map((e) => `${EventType[e.type]} ${e.name}`);
+    for (let i = 0; i < 10; i++) {
+      await upload(join(dir, `f${i}.txt`), "content");
+      expect(await events()).toEqual([`CREATE f${i}.txt`, `CHMOD f${i}.txt`, `WRITE f${i}.txt`]);
+    }
+    await upload(join(dir, "f0.txt"), "new content");
+    expect(await events()).toEqual(["CHMOD f0.txt", "WRITE f0.txt"]);
+    // A file written before its new directory is watched still shows its write.
+    mkdirSync(join(dir, "sub"));
+    writeFileSync(join(dir, "sub", "early.txt"), "x");
+    const sub = await events();
+    expect(sub).toContain("CREATE sub");
+    expect(sub).toContain("WRITE sub/early.txt");
+    // A failed upload (a directory in the way) leaves no events behind for the next poll to trip over.
+    mkdirSync(join(dir, "taken"));
+    const r = await fetch(`${envd.url}/files?path=${encodeURIComponent(join(dir, "taken"))}&username=root`, { method: "POST", body: "x" });
+    expect(r.status).toBe(400);
+    await upload(join(dir, "after.txt"), "x");
+    expect((await events()).filter((e) => e.endsWith("after.txt"))).toEqual(["CREATE after.txt", "CHMOD after.txt", "WRITE after.txt"]);
+    await fs.removeWatcher({ watcherId }, { headers: root });
+  });
+
   it("reports an error instead of queueing more than 10000 unfetched events", async () => {
     const dir = fresh();
     const { watcherId } = await fs.createWatcher({ path: dir }, { headers: root });

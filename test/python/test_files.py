@@ -378,6 +378,34 @@ def test_watch_dir_sees_an_upload_as_create_and_write_of_that_file(shared_sandbo
         handle.stop()
 
 
+def test_watch_dir_events_are_there_right_after_the_write(shared_sandbox: Sandbox):
+    # E2B's envd reads inotify as events come, so a poll right after files.write() returns already has
+    # them (E2B's own SDK tests poll once, at once). An upload of a new file is CREATE, CHMOD (envd gives
+    # it to the user), WRITE, as there; a file written before its new directory was watched still has its WRITE.
+    base = f"/home/user/{unique('watch-now')}"
+    shared_sandbox.files.make_dir(base)
+    handle = shared_sandbox.files.watch_dir(base, recursive=True)
+    try:
+        for i in range(5):
+            shared_sandbox.files.write(f"{base}/f{i}.txt", "content")
+            events = [(e.name, e.type) for e in handle.get_new_events()]
+            assert events == [
+                (f"f{i}.txt", FilesystemEventType.CREATE),
+                (f"f{i}.txt", FilesystemEventType.CHMOD),
+                (f"f{i}.txt", FilesystemEventType.WRITE),
+            ], events
+        shared_sandbox.files.write(f"{base}/f0.txt", "changed")
+        assert (f"f0.txt", FilesystemEventType.WRITE) in [(e.name, e.type) for e in handle.get_new_events()]
+
+        shared_sandbox.files.make_dir(f"{base}/nested")
+        shared_sandbox.files.write(f"{base}/nested/inner.txt", "content")
+        pairs = {(e.name, e.type) for e in handle.get_new_events()}
+        assert ("nested", FilesystemEventType.CREATE) in pairs, pairs
+        assert ("nested/inner.txt", FilesystemEventType.WRITE) in pairs, pairs
+    finally:
+        handle.stop()
+
+
 def test_watch_dir_reports_rename(shared_sandbox: Sandbox):
     # fsnotify semantics: RENAME for the old name, CREATE for the new one.
     base = f"/home/user/{unique('watch-mv')}"
