@@ -5,12 +5,13 @@
 // processes are frozen and after its filesystem was synced, so the copy is
 // what a clean crash at that instant would leave (the journal replays on
 // the next mount); a sandbox started from it gets its own copy again.
-import { execFile } from "node:child_process";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
+import { runCommand } from "../../host/commands.js";
+import { findExecutable } from "../../host/executables.js";
 
-const run = promisify(execFile);
+/** A coreutils program's path (they are everywhere; the bare name if not found, for execFile's own error). */
+const tool = (name: string) => findExecutable(name) ?? name;
 
 /** The image's name inside a snapshot directory. */
 export const SNAPSHOT_DISK = "disk.img";
@@ -22,7 +23,7 @@ export const SNAPSHOT_DISK = "disk.img";
  */
 export async function syncSandboxFs(initPid: number): Promise<void> {
   try {
-    await run("sync", ["-f", `/proc/${initPid}/root/`]);
+    await runCommand(tool("sync"), ["-f", `/proc/${initPid}/root/`]);
   } catch (err) {
     const why = ((err as { stderr?: string }).stderr || (err as Error).message).trim();
     throw new Error(`cannot flush the sandbox's filesystem: ${why}`);
@@ -35,7 +36,7 @@ export async function syncSandboxFs(initPid: number): Promise<void> {
  */
 export async function copyImage(from: string, to: string): Promise<void> {
   try {
-    await run("cp", ["--reflink=auto", "--sparse=always", "--", from, to]);
+    await runCommand(tool("cp"), ["--reflink=auto", "--sparse=always", "--", from, to]);
   } catch (err) {
     await rm(to, { force: true });
     const why = ((err as { stderr?: string }).stderr || (err as Error).message).trim();
