@@ -28,8 +28,12 @@ export interface RunOptions {
 /** Output kept per stream; a command that writes more is killed and fails (execFile's maxBuffer). */
 const MAX_OUTPUT = 4 * 1024 * 1024;
 
+/** A helper that keeps dying is given up for Node's spawn. */
+const MAX_HELPER_STARTS = 5;
+
 let offered: string | undefined;
 let helper: Promise<SpawnHelper | undefined> | undefined;
+let deaths = 0;
 
 /**
  * Offers `binary` (a `locale2b-init`) as the spawn helper for host commands;
@@ -53,14 +57,15 @@ async function startHelper(binary: string): Promise<SpawnHelper | undefined> {
 
 async function currentHelper(): Promise<SpawnHelper | undefined> {
   if (!offered) return undefined;
-  let h = await (helper ??= startHelper(offered));
+  const started = (helper ??= startHelper(offered));
+  const h = await started;
   if (h?.dead) {
-    // It died (killed from outside): one new one per death; a binary that cannot start is given up.
-    helper = startHelper(offered);
-    h = await helper;
+    // It died (killed from outside): the next command gets a new one, up to MAX_HELPER_STARTS; this one Node's spawn.
+    if (helper === started && ++deaths < MAX_HELPER_STARTS) helper = startHelper(offered);
+    else if (helper === started) helper = Promise.resolve(undefined);
+    return undefined;
   }
-  if (h?.broken) h = undefined;
-  return h;
+  return h?.broken ? undefined : h;
 }
 
 function failure(file: string, args: string[], out: CommandOutput, code: number | null, signal: NodeJS.Signals | null, why?: string): CommandError {
@@ -148,4 +153,5 @@ export function resetHostCommands(): void {
   void helper?.then((h) => h?.proc.stdin?.end());
   helper = undefined;
   offered = undefined;
+  deaths = 0;
 }

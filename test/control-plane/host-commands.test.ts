@@ -93,10 +93,11 @@ describe("host commands: a helper that cannot be used", () => {
     const first = await parentOfCommand();
     process.kill(first, "SIGKILL");
     await expect.poll(() => { try { process.kill(first, 0); return true; } catch { return false; } }).toBe(false);
-    // The command that notices may fall back to Node; the next goes through a new helper.
+    // The commands that notice run with Node's spawn; then they go through a new helper.
     expect((await runCommand("/bin/sh", ["-c", "echo again"])).stdout).toBe("again\n");
-    const second = await parentOfCommand();
-    expect(second).not.toBe(first);
-    expect(second).not.toBe(process.pid);
+    const parents: number[] = [];
+    await expect.poll(async () => parents[parents.push(await parentOfCommand()) - 1]).not.toBe(process.pid);
+    expect(parents.at(-1)).not.toBe(first);
+    expect(parents.length).toBeLessThanOrEqual(3);
   });
 });
