@@ -126,7 +126,9 @@ describe.each<Protocol>(["connect-json", "grpc"])("lifecycle over %s", (protocol
     expect((await rejection(api.getSandbox({ sandboxId: "doesnotexist" }))).code).toBe(Code.NotFound);
     expect((await rejection(api.listSandboxes({ states: [SandboxState.UNSPECIFIED] }))).code).toBe(Code.InvalidArgument);
     expect((await rejection(api.listSandboxes({ pageToken: "garbage" }))).code).toBe(Code.InvalidArgument);
-    expect((await rejection(api.setSandboxTimeout({ sandboxId: "doesnotexist", timeoutSeconds: 0 }))).code).toBe(
+    // 0 is "end now" (as E2B's REST API takes it): valid, so an unknown sandbox is not_found; past the limit is invalid.
+    expect((await rejection(api.setSandboxTimeout({ sandboxId: "doesnotexist", timeoutSeconds: 0 }))).code).toBe(Code.NotFound);
+    expect((await rejection(api.setSandboxTimeout({ sandboxId: "doesnotexist", timeoutSeconds: 30 * 24 * 3600 }))).code).toBe(
       Code.InvalidArgument,
     );
     expect((await rejection(api.resumeSandbox({ sandboxId: "doesnotexist" }))).code).toBe(Code.NotFound);

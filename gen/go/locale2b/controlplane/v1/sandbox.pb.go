@@ -1076,7 +1076,8 @@ func (*KillSandboxResponse) Descriptor() ([]byte, []int) {
 type SetSandboxTimeoutRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	// The sandbox times out this many seconds from now (must be positive).
+	// The sandbox times out this many seconds from now (0: its timeout action,
+	// kill or pause, runs now, as E2B's POST /sandboxes/{id}/timeout).
 	TimeoutSeconds uint32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -456,7 +456,8 @@ export type SetSandboxTimeoutRequest = Message<"locale2b.controlplane.v1.SetSand
   sandboxId: string;
 
   /**
-   * The sandbox times out this many seconds from now (must be positive).
+   * The sandbox times out this many seconds from now (0: its timeout action,
+   * kill or pause, runs now, as E2B's POST /sandboxes/{id}/timeout).
    *
    * @generated from field: uint32 timeout_seconds = 2;
    */
