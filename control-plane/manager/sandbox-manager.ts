@@ -436,6 +436,11 @@ export class SandboxManager {
     return !rec || rec.state === "killed";
   }
 
+  /** Can sandboxes be created from template `id`? */
+  hasTemplate(id: string): boolean {
+    return this.o.templates.has(id);
+  }
+
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
   runningSocket(id: string): { sandbox: SandboxRecord; socketPath: string } | undefined {
     const rec = this.o.store.getSandbox(id);

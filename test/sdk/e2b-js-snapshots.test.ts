@@ -6,7 +6,7 @@
 // Every REST answer is checked against E2B's OpenAPI spec. Needs root.
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { Sandbox, SandboxNotFoundError, type SnapshotInfo } from "e2b";
+import { Sandbox, SandboxNotFoundError, Template, type SnapshotInfo } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
@@ -151,9 +151,25 @@ describe.skipIf(skip !== undefined)(`snapshots${skip ? ` (skipped: ${skip})` : "
       const s = await create(ref);
       expect(await s.files.read("/home/user/v.txt")).toBe("two");
     }
+    // Template.exists (GET /templates/aliases/{alias}): the built template and a snapshot's name; not what is gone.
+    expect(await Template.exists("base")).toBe(true);
+    expect(await Template.exists(name)).toBe(true);
+    expect(await Template.exists(unique("no-such-template"))).toBe(false);
+    const base = await api("GET", "/templates/aliases/base");
+    expect(base.status).toBe(200);
+    expect(base.json).toEqual({ templateID: "base", public: true });
+    expectSchema("TemplateAliasResponse", base.json);
+    const snap = await api("GET", `/templates/aliases/${encodeURIComponent(name)}`);
+    expect(snap.json).toEqual({ templateID: first.snapshotId, public: false });
+    expectSchema("TemplateAliasResponse", snap.json);
+
     expect(await Sandbox.deleteSnapshot(`local/${name}:v1`)).toBe(true);
     expect(await Sandbox.deleteSnapshot(name)).toBe(true);
     expect(await allSnapshots({ name })).toEqual([]);
+    expect(await Template.exists(name)).toBe(false);
+    const gone = await api("GET", `/templates/aliases/${encodeURIComponent(name)}`);
+    expect(gone.status).toBe(404);
+    expect((gone.json as { message: string }).message).toContain("not found");
   });
 
   it("fork of 3: distinct ids and tokens, the parent's files, metadata and envs, fresh processes; the parent runs on", async () => {

@@ -1,8 +1,9 @@
 // E2B's snapshot and fork endpoints: POST /sandboxes/{id}/snapshots,
 // GET /snapshots (paged by X-Next-Token), DELETE /templates/{id} (how the
-// SDKs delete a snapshot) and POST /sandboxes/{id}/fork.
+// SDKs delete a snapshot) and POST /sandboxes/{id}/fork; and
+// GET /templates/aliases/{alias} (Template.exists), which snapshot names answer too.
 import { ControlPlaneError } from "../../manager/types.js";
-import { toSnapshotInfo } from "../../snapshots/names.js";
+import { snapshotId, toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import { pageSnapshots } from "../../snapshots/paging.js";
 import type { ApiDeps } from "../deps.js";
@@ -51,6 +52,19 @@ async function deleteSnapshot({ res, params, deps }: RestContext): Promise<void>
   throw new HttpError(404, `snapshot '${ref}' not found`);
 }
 
+/**
+ * GET /templates/aliases/{alias}: the SDKs' Template.exists(name). A template
+ * built on this server is public (every key may create from it); a snapshot
+ * (created from by name, as on E2B) is the team's own.
+ */
+async function templateAlias({ res, params, deps }: RestContext): Promise<void> {
+  const alias = params.alias!;
+  if (deps.manager.hasTemplate(alias)) return sendJson(res, 200, { templateID: alias, public: true });
+  const snap = deps.snapshots?.resolve(alias);
+  if (snap) return sendJson(res, 200, { templateID: snapshotId(snap), public: false });
+  throw new HttpError(404, `template '${alias}' not found: build it with 'locale2b template build ${alias}' on the server`);
+}
+
 function forkError(err: Error): { code: number; message: string } {
   if (err instanceof ControlPlaneError) {
     const http = httpErrorFrom(err);
@@ -77,4 +91,5 @@ export const snapshotRoutes: Route[] = [
   { method: "POST", path: "/sandboxes/:sandboxID/fork", handler: fork },
   { method: "GET", path: "/snapshots", handler: listSnapshots },
   { method: "DELETE", path: "/templates/:templateID", handler: deleteSnapshot },
+  { method: "GET", path: "/templates/aliases/:alias", handler: templateAlias },
 ];
