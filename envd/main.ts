@@ -10,6 +10,7 @@ import { createEnvdHandler } from "./server/router.js";
 import { EnvdState } from "./state.js";
 import { pickDefaultUser, UserDb } from "./users.js";
 import { ENVD_VERSION } from "./version.js";
+import { codeCacheState } from "./code-cache.js";
 
 export interface EnvdOptions {
   /** `tcp://host:port` or `unix:///path`; several may be given. */
@@ -61,7 +62,7 @@ export async function startEnvd(opts: EnvdOptions): Promise<RunningEnvd> {
     throw err;
   }
   const tcp = addresses.find((a) => a.startsWith("tcp://"));
-  log.info({ addresses, version: ENVD_VERSION, defaultUser: state.defaultUser }, "envd listening");
+  log.info({ addresses, version: ENVD_VERSION, defaultUser: state.defaultUser, codeCache: codeCacheState() }, "envd listening");
   // The first spawn of a fresh Node process is slow (~20 ms): pay it now, not on the user's first command.
   spawn("/bin/true", { stdio: "ignore" }).on("error", () => undefined);
   return {

@@ -1,15 +1,21 @@
 // The envd bundle that goes into every guest image at dirname(GUEST.envd):
-// envd/cli.ts bundled by esbuild into one ESM file, envd.js, with the native
-// modules (node-pty, xattr) beside it in node_modules/. Cached under
+// envd/cli.ts bundled by esbuild into one CommonJS file, envd-main.cjs, with
+// the V8 code cache of its start-up (envd-main.cjs.cache, made by running it
+// once here) and the loader that uses it as envd.js (envd-loader.ts); the
+// native modules (node-pty, xattr) beside them in node_modules/. Cached under
 // <imagesDir>/envd/<hash16>/, keyed by the sources that go into it.
+import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
+import { createInterface } from "node:readline";
 import { packageRoot } from "../runtimes/paths.js";
+import { ENVD_CODE_CACHE, ENVD_LOADER, ENVD_MAIN } from "./envd-loader.js";
+import { GUEST } from "./layout.js";
 
 /** Bumped when the bundling recipe changes: part of the cache key. */
-export const ENVD_BUNDLE_VERSION = 1;
+export const ENVD_BUNDLE_VERSION = 2;
 /** Packages with native code: not bundled, copied with their platform packages. */
 export const NATIVE_PACKAGES = ["@lydell/node-pty", "@napi-rs/xattr"] as const;
 /** Folders whose .ts files may go into the bundle (relative to the package root). */
@@ -20,21 +26,20 @@ const ALLOWED_INPUTS = [...SOURCE_DIRS.map((d) => `${d}/`), ...SOURCE_FILES];
 const FORBIDDEN_PACKAGES = ["node-sqlite3-wasm", "esbuild", "yaml", "vitest"];
 
 const BANNER = [
-  "// locale2b envd bundle (control-plane/images/envd-bundle.ts); entry: envd/cli.ts",
-  'import { createRequire as __locale2bCreateRequire } from "node:module";',
-  'import { fileURLToPath as __locale2bFileURLToPath } from "node:url";',
-  "const require = __locale2bCreateRequire(import.meta.url);",
-  "const __filename = __locale2bFileURLToPath(import.meta.url);",
-  'const __dirname = __filename.slice(0, __filename.lastIndexOf("/"));',
+  "// locale2b envd bundle (control-plane/images/envd-bundle.ts); entry: envd/cli.ts, started by envd.js",
+  'const __locale2bImportMetaUrl = require("node:url").pathToFileURL(__filename).href;',
 ].join("\n");
 
+/** How long the run that makes the code cache may take to answer /health and exit. */
+const CODE_CACHE_RUN_MS = 30_000;
+
 export interface EnvdBundle {
-  /** The bundle folder: envd.js, package.json, node_modules/. */
+  /** The bundle folder: envd.js (the loader), envd-main.cjs (+ .cache), package.json, node_modules/. */
   dir: string;
   entry: string;
   hash16: string;
   cached: boolean;
-  /** Bytes of envd.js. */
+  /** Bytes of the bundled envd (envd-main.cjs). */
   bytes: number;
 }
 
@@ -79,7 +84,7 @@ export async function ensureEnvdBundle(imagesDir: string, opts: { force?: boolea
   const dir = join(imagesDir, "envd", hash16);
   const entry = join(dir, "envd.js");
   if (opts.force && existsSync(dir)) await rm(dir, { recursive: true, force: true });
-  if (existsSync(entry)) return { dir, entry, hash16, cached: true, bytes: (await stat(entry)).size };
+  if (existsSync(entry)) return { dir, entry, hash16, cached: true, bytes: (await stat(join(dir, ENVD_MAIN))).size };
   let p = inFlight.get(dir);
   if (!p) {
     p = buildBundle(root, imagesDir, hash16, opts.log).finally(() => inFlight.delete(dir));
@@ -99,12 +104,13 @@ async function buildBundle(root: string, imagesDir: string, hash16: string, log?
     const result = await esbuild.build({
       absWorkingDir: root,
       entryPoints: [join(root, "envd", "cli.ts")],
-      outfile: join(tmp, "envd.js"),
+      outfile: join(tmp, ENVD_MAIN),
       bundle: true,
       platform: "node",
       target: "node20",
-      format: "esm",
+      format: "cjs",
       banner: { js: BANNER },
+      define: { "import.meta.url": "__locale2bImportMetaUrl" },
       external: NATIVE_PACKAGES.flatMap((p) => [p, `${p}/*`, `${p}-*`]),
       minifySyntax: true,
       minifyWhitespace: true,
@@ -114,9 +120,18 @@ async function buildBundle(root: string, imagesDir: string, hash16: string, log?
     });
     for (const w of result.warnings) log?.(`esbuild: ${w.text}${w.location ? ` (${w.location.file}:${w.location.line})` : ""}`);
     checkInputs(Object.keys(result.metafile.inputs));
-    await writeFile(join(tmp, "package.json"), `${JSON.stringify({ name: "locale2b-envd", private: true, type: "module", main: "envd.js" }, null, 2)}\n`);
+    await writeFile(join(tmp, "package.json"), `${JSON.stringify({ name: "locale2b-envd", private: true, type: "commonjs", main: "envd.js" }, null, 2)}\n`);
+    await writeFile(join(tmp, "envd.js"), ENVD_LOADER);
+    await chmod(join(tmp, "envd.js"), 0o755);
     const copied = await copyNativePackages(root, join(tmp, "node_modules"));
-    await writeFile(join(tmp, "bundle.json"), `${JSON.stringify({ hash16, builtAt: new Date().toISOString(), inputs: Object.keys(result.metafile.inputs).length, native: copied }, null, 2)}\n`);
+    const codeCache = await makeCodeCache(tmp).catch((err: Error) => {
+      log?.(`envd bundle: no code cache (${err.message}); envd compiles at each start instead`);
+      return 0;
+    });
+    await writeFile(
+      join(tmp, "bundle.json"),
+      `${JSON.stringify({ hash16, builtAt: new Date().toISOString(), inputs: Object.keys(result.metafile.inputs).length, native: copied, codeCacheBytes: codeCache, node: process.version }, null, 2)}\n`,
+    );
     try {
       await rename(tmp, dir);
     } catch (err) {
@@ -125,8 +140,8 @@ async function buildBundle(root: string, imagesDir: string, hash16: string, log?
       // Another build finished the same bundle first: use theirs.
     }
     const entry = join(dir, "envd.js");
-    const bytes = (await stat(entry)).size;
-    log?.(`bundled envd ${hash16}: envd.js ${Math.round(bytes / 1024)} KiB + ${copied.join(", ")}`);
+    const bytes = (await stat(join(dir, ENVD_MAIN))).size;
+    log?.(`bundled envd ${hash16}: ${ENVD_MAIN} ${Math.round(bytes / 1024)} KiB, code cache ${Math.round(codeCache / 1024)} KiB + ${copied.join(", ")}`);
     return { dir, entry, hash16, cached: false, bytes };
   } catch (err) {
     const errors = (err as { errors?: Array<{ text: string; location?: { file: string; line: number } | null }> }).errors;
@@ -136,6 +151,51 @@ async function buildBundle(root: string, imagesDir: string, hash16: string, log?
     throw err;
   } finally {
     await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Runs the bundle in `dir` once (as a sandbox does: GUEST.nodeFlags, the
+ * loader) until it answers /health, then stops it, and keeps the V8 code
+ * cache the loader writes at its exit: what envd compiled for its start-up
+ * and its first request. Returns its size.
+ */
+async function makeCodeCache(dir: string): Promise<number> {
+  const out = join(dir, `${ENVD_CODE_CACHE}.tmp`);
+  const child = spawn(process.execPath, [...GUEST.nodeFlags, join(dir, "envd.js"), "--listen", "tcp://127.0.0.1:0"], {
+    cwd: dir,
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, LOCALE2B_ENVD_CODE_CACHE_OUT: out, LOCALE2B_LOG_LEVEL: "info" },
+  });
+  let stderr = "";
+  child.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const timer = setTimeout(() => child.kill("SIGKILL"), CODE_CACHE_RUN_MS);
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      // envd logs on stderr, one JSON object per line.
+      const lines = createInterface({ input: child.stderr! });
+      lines.on("line", (line) => {
+        try {
+          const rec = JSON.parse(line) as { msg?: string; addresses?: string[] };
+          if (rec.msg === "envd listening" && rec.addresses?.[0]) resolve(rec.addresses[0].replace(/^tcp:/, "http:"));
+        } catch {
+          // not a log line
+        }
+      });
+      void exited.then((code) => reject(new Error(`envd exited (${code}) before it listened: ${stderr.trim()}`)));
+    });
+    const res = await fetch(`${url}/health`);
+    if (res.status !== 204) throw new Error(`envd answered /health with ${res.status}`);
+    child.kill("SIGTERM");
+    const code = await exited;
+    if (code !== 0) throw new Error(`envd exited ${code} when stopped: ${stderr.trim()}`);
+    await rename(out, join(dir, ENVD_CODE_CACHE));
+    return (await stat(join(dir, ENVD_CODE_CACHE))).size;
+  } finally {
+    clearTimeout(timer);
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await rm(out, { force: true });
   }
 }
 

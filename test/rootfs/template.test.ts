@@ -2,7 +2,7 @@
 // base` into the CI image cache (skipped, saying why, without root or
 // debootstrap).
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -145,7 +145,7 @@ describe("building blocks", () => {
 });
 
 /** Starts `node <args>` as envd on 127.0.0.1:0; resolves with its URL and the ms until /health answered. */
-async function startEnvd(args: string[]): Promise<{ url: string; ms: number; stop: () => void }> {
+async function startEnvd(args: string[]): Promise<{ url: string; ms: number; codeCache: string | undefined; stop: () => void }> {
   const started = performance.now();
   const child = spawn(process.execPath, [...args, "--listen", "tcp://127.0.0.1:0"], {
     env: { ...process.env, LOCALE2B_LOG_LEVEL: "info", VITEST: "" },
@@ -167,28 +167,50 @@ async function startEnvd(args: string[]): Promise<{ url: string; ms: number; sto
   const res = await fetch(`${url}/health`);
   const ms = performance.now() - started;
   expect(res.status).toBe(204);
-  return { url, ms, stop: () => child.kill("SIGTERM") };
+  const codeCache = /"codeCache":"(\w+)"/.exec(stderr)?.[1];
+  return { url, ms, codeCache, stop: () => child.kill("SIGTERM") };
 }
 
 describe("envd bundle", () => {
-  it("bundles envd into one ESM file that starts and answers /health", async () => {
+  it("bundles envd into one file with its V8 code cache, started by envd.js: it starts and answers /health", async () => {
     const images = join(scratch, "images");
     const b = await ensureEnvdBundle(images);
     expect(b.cached).toBe(false);
     expect(b.entry).toBe(join(images, "envd", b.hash16, "envd.js"));
-    expect(JSON.parse(readFileSync(join(b.dir, "package.json"), "utf8")).type).toBe("module");
+    expect(JSON.parse(readFileSync(join(b.dir, "package.json"), "utf8")).type).toBe("commonjs");
+    expect(statSync(join(b.dir, "envd-main.cjs.cache")).size).toBeGreaterThan(100_000);
     for (const p of ["@lydell/node-pty", "@lydell/node-pty-linux-x64", "@napi-rs/xattr", "@napi-rs/xattr-linux-x64-gnu"]) {
       if (process.arch === "x64" || !p.includes("x64")) expect(existsSync(join(b.dir, "node_modules", p, "package.json"))).toBe(true);
     }
-    const text = readFileSync(b.entry, "utf8");
+    const text = readFileSync(join(b.dir, "envd-main.cjs"), "utf8");
     expect(text).not.toMatch(/node-sqlite3-wasm|SqliteStore/);
     expect((await ensureEnvdBundle(images)).cached).toBe(true);
 
-    const bundled = await startEnvd([b.entry]);
+    // As a sandbox starts it: the code cache is taken.
+    const bundled = await startEnvd([...GUEST.nodeFlags, b.entry]);
     bundled.stop();
+    expect(bundled.codeCache).toBe("used");
     const cli = await startEnvd([CLI, "envd"]);
     cli.stop();
-    console.log(`envd start-up to /health: bundle ${bundled.ms.toFixed(0)} ms, dist CLI ${cli.ms.toFixed(0)} ms; envd.js ${Math.round(b.bytes / 1024)} KiB`);
+    expect(cli.codeCache).toBeUndefined();
+
+    // A cache V8 refuses (damaged, or made by another node) only costs the compile: envd starts all the same.
+    const copy = join(scratch, "bundle-bad-cache");
+    cpSync(b.dir, copy, { recursive: true });
+    const cache = readFileSync(join(copy, "envd-main.cjs.cache"));
+    cache.fill(0x5a, 16);
+    writeFileSync(join(copy, "envd-main.cjs.cache"), cache);
+    const refused = await startEnvd([...GUEST.nodeFlags, join(copy, "envd.js")]);
+    refused.stop();
+    expect(refused.codeCache).toBe("rejected");
+    rmSync(join(copy, "envd-main.cjs.cache"));
+    const without = await startEnvd([...GUEST.nodeFlags, join(copy, "envd.js")]);
+    without.stop();
+    expect(without.codeCache).toBe("none");
+    console.log(
+      `envd start-up to /health: bundle ${bundled.ms.toFixed(0)} ms (without its code cache ${without.ms.toFixed(0)}), dist CLI ${cli.ms.toFixed(0)} ms; ` +
+        `envd-main.cjs ${Math.round(b.bytes / 1024)} KiB`,
+    );
   });
 });
 
