@@ -60,6 +60,7 @@ export const SETTINGS = {
   LOCALE2B_FIRECRACKER_GID: { what: "firecracker: gid the jailer drops to", default: "65534", reader: "firecracker" },
   LOCALE2B_FIRECRACKER_DNS: { what: "firecracker: the guest's name server (kernel ip= argument)", default: "1.1.1.1", reader: "firecracker" },
   LOCALE2B_ENVD_ACCESS_TOKEN: { what: "`locale2b envd`: the access token it requires", default: "none (set by /init)", reader: "envd" },
+  LOCALE2B_ENVD_CODE_CACHE_OUT: { what: "envd's loader: write the V8 code cache to this file when envd exits (set by the bundle build, envd-bundle.ts)", default: "none", reader: "envd" },
   LOCALE2B_SPAWN_HELPER: { what: "envd: the program that starts its processes (`locale2b-init --spawn-helper`; the init sets it in every sandbox)", default: "none: Node's own spawn", reader: "envd" },
   LOCALE2B_ENVD_STAGING_DIR: { what: "envd: where uploads are staged before their rename", default: "/var/tmp/.locale2b-envd-uploads, else under the temp dir", reader: "envd" },
   LOCALE2B_BASE_URL: { what: "agent harnesses: the workspace API's base URL (serve prints it)", default: "", reader: "client" },

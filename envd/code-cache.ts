@@ -1,4 +1,4 @@
-// How the bundle's loader compiled envd (control-plane/images/envd-loader.ts):
+// How the bundle's loader compiled envd (envd/loader.ts):
 // with its V8 code cache ("used"), without because V8 refused it ("rejected"),
 // or without one ("none"); undefined when envd was not started by the loader
 // (the CLI, tests).

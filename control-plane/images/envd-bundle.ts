@@ -1,7 +1,7 @@
 // The envd bundle that goes into every guest image at dirname(GUEST.envd):
 // envd/cli.ts bundled by esbuild into one CommonJS file, envd-main.cjs, with
 // the V8 code cache of its start-up (envd-main.cjs.cache, made by running it
-// once here) and the loader that uses it as envd.js (envd-loader.ts); the
+// once here) and the loader that uses it as envd.js (envd/loader.ts); the
 // native modules (node-pty, xattr) beside them in node_modules/. Cached under
 // <imagesDir>/envd/<hash16>/, keyed by the sources that go into it.
 import { spawn } from "node:child_process";
@@ -11,7 +11,7 @@ import { chmod, cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from
 import { dirname, join, relative, sep } from "node:path";
 import { createInterface } from "node:readline";
 import { packageRoot } from "../runtimes/paths.js";
-import { ENVD_CODE_CACHE, ENVD_LOADER, ENVD_MAIN } from "./envd-loader.js";
+import { ENVD_CODE_CACHE, ENVD_LOADER, ENVD_MAIN } from "../../envd/loader.js";
 import { GUEST } from "./layout.js";
 
 /** Bumped when the bundling recipe changes: part of the cache key. */

@@ -9,13 +9,13 @@
 // LOCALE2B_ENVD_CODE_CACHE_OUT=<file>: write the cache there when envd
 // exits (envd-bundle.ts, at build time; removed from envd's environment).
 
-import { CODE_CACHE_GLOBAL } from "../../envd/code-cache.js";
+import { CODE_CACHE_GLOBAL } from "./code-cache.js";
 
 export const ENVD_MAIN = "envd-main.cjs";
 export const ENVD_CODE_CACHE = `${ENVD_MAIN}.cache`;
 
 export const ENVD_LOADER = `#!/usr/bin/env node
-// locale2b envd (control-plane/images/envd-loader.ts): runs ${ENVD_MAIN} with its V8 code cache.
+// locale2b envd (envd/loader.ts): runs ${ENVD_MAIN} with its V8 code cache.
 "use strict";
 const fs = require("node:fs");
 const Module = require("node:module");
