@@ -12,6 +12,9 @@
 import { CODE_CACHE_GLOBAL } from "./code-cache.js";
 
 export const ENVD_MAIN = "envd-main.cjs";
+/** What the bundle build puts around esbuild's output (Node's own CommonJS wrapper, Module.wrap). */
+export const ENVD_MAIN_HEAD = "(function (exports, require, module, __filename, __dirname) { ";
+export const ENVD_MAIN_TAIL = "\n});";
 export const ENVD_CODE_CACHE = `${ENVD_MAIN}.cache`;
 
 export const ENVD_LOADER = `#!/usr/bin/env node
@@ -22,13 +25,15 @@ const Module = require("node:module");
 const { join } = require("node:path");
 const { Script } = require("node:vm");
 const main = join(__dirname, ${JSON.stringify(ENVD_MAIN)});
-const source = fs.readFileSync(main, "utf8").replace(/^#!/, "//");
 let cachedData;
 try {
   cachedData = fs.readFileSync(join(__dirname, ${JSON.stringify(ENVD_CODE_CACHE)}));
 } catch {}
-const script = new Script(Module.wrap(source), { filename: main, cachedData });
+// ${ENVD_MAIN} is already wrapped as a CommonJS module function (ENVD_MAIN_HEAD … ENVD_MAIN_TAIL): compiled as
+// read, with no copy of its half a megabyte of text.
+const script = new Script(fs.readFileSync(main, "utf8"), { filename: main, cachedData });
 globalThis[Symbol.for(${JSON.stringify(CODE_CACHE_GLOBAL)})] = cachedData ? (script.cachedDataRejected ? "rejected" : "used") : "none";
+cachedData = undefined;
 const out = process.env.LOCALE2B_ENVD_CODE_CACHE_OUT;
 delete process.env.LOCALE2B_ENVD_CODE_CACHE_OUT;
 if (out) process.once("exit", () => fs.writeFileSync(out, script.createCachedData()));

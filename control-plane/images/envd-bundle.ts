@@ -11,7 +11,7 @@ import { chmod, cp, mkdir, readdir, readFile, rename, rm, stat, writeFile } from
 import { dirname, join, relative, sep } from "node:path";
 import { createInterface } from "node:readline";
 import { packageRoot } from "../runtimes/paths.js";
-import { ENVD_CODE_CACHE, ENVD_LOADER, ENVD_MAIN } from "../../envd/loader.js";
+import { ENVD_CODE_CACHE, ENVD_LOADER, ENVD_MAIN, ENVD_MAIN_HEAD, ENVD_MAIN_TAIL } from "../../envd/loader.js";
 import { GUEST } from "./layout.js";
 
 /** Bumped when the bundling recipe changes: part of the cache key. */
@@ -121,6 +121,9 @@ async function buildBundle(root: string, imagesDir: string, hash16: string, log?
     for (const w of result.warnings) log?.(`esbuild: ${w.text}${w.location ? ` (${w.location.file}:${w.location.line})` : ""}`);
     checkInputs(Object.keys(result.metafile.inputs));
     await writeFile(join(tmp, "package.json"), `${JSON.stringify({ name: "locale2b-envd", private: true, type: "commonjs", main: "envd.js" }, null, 2)}\n`);
+    // Wrapped once here, so the loader compiles the file as it reads it (the entry's `#!` line goes).
+    const body = (await readFile(join(tmp, ENVD_MAIN), "utf8")).replace(/^#![^\n]*\n/, "");
+    await writeFile(join(tmp, ENVD_MAIN), ENVD_MAIN_HEAD + body + ENVD_MAIN_TAIL);
     await writeFile(join(tmp, "envd.js"), ENVD_LOADER);
     await chmod(join(tmp, "envd.js"), 0o755);
     const copied = await copyNativePackages(root, join(tmp, "node_modules"));
