@@ -1,5 +1,5 @@
-// Short host commands the server runs while sandboxes start and end (ip,
-// nft, nsenter, mkfs.ext4): started by a spawn helper (`locale2b-init
+// Short host commands the server runs while sandboxes start, end, pause and
+// fork (ip, nft, nsenter, mkfs.ext4, cp, sync): started by a spawn helper (`locale2b-init
 // --spawn-helper`, as envd starts its processes) when a runtime has offered
 // one, else by Node. Node's spawn forks the whole server and waits for the
 // child's exec: about 1-2 ms with the event loop stopped, a dozen times per
