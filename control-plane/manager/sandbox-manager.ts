@@ -17,6 +17,7 @@ import { initResumed, waitForEnvd } from "./envd-ready.js";
 import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
+import { Timeouts } from "./timeouts.js";
 import { SandboxConnections } from "./sandbox-connections.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import {
@@ -42,9 +43,7 @@ export class SandboxManager {
   private readonly runtimes: RuntimeSet;
   private readonly warm: WarmPool | undefined;
   private readonly admission: Admission;
-  /** Sandboxes being killed: no longer routed to (their traffic is answered as for a sandbox that is gone). */
-  private readonly ending = new Set<string>();
-  private reaper: NodeJS.Timeout | undefined;
+  private readonly timeouts: Timeouts;
   private closed = false;
   private readonly fs: FsPauseDeps;
   readonly connections: SandboxConnections; // the host's connections per sandbox, as its runtime's pause policy wants
@@ -54,6 +53,7 @@ export class SandboxManager {
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
     this.connections = new SandboxConnections(o.pool, o.log, o.quiesce);
     this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
+    this.timeouts = new Timeouts({ ...o, locks: this.locks, maxSeconds: o.limits.maxTimeoutSeconds, get: (id) => this.get(id), expire: (rec) => this.expire(rec) });
     if (o.warmPool) {
       this.warm = new WarmPool({
         size: o.warmPool,
@@ -81,8 +81,7 @@ export class SandboxManager {
     for (const rec of this.o.store.listSandboxes({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
       await this.locks.run(rec.id, () => this.adopt(rec));
     }
-    this.reaper = setInterval(() => void this.reap(), 1000);
-    this.reaper.unref();
+    this.timeouts.start();
     await removeLeftovers({ ...this.o, runtimeByName: (n) => this.runtimes.byName(n) });
     this.warm?.fill();
   }
@@ -96,7 +95,7 @@ export class SandboxManager {
   /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
   async close(): Promise<void> {
     this.closed = true;
-    clearInterval(this.reaper);
+    this.timeouts.stop();
     await this.warm?.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.connections.closeWhilePaused(rec.id, this.instances.get(rec.id)));
@@ -362,31 +361,29 @@ export class SandboxManager {
   }
 
   private async killLocked(rec: SandboxRecord, reason: string): Promise<void> {
-    // From here on its traffic is answered "not found", as after the kill: a client whose stream
-    // ended because envd died first must not be told the sandbox is merely unreachable.
-    this.ending.add(rec.id);
-    let dead: SandboxRecord;
-    try {
-      const inst = this.instances.take(rec.id);
-      this.o.pool.drop(rec.id);
-      await inst?.kill();
-      this.o.pool.forget(rec.id);
-      rmSync(this.dir(rec.id), { recursive: true, force: true });
-      forgetPausedFiles(this.o.dataDir, rec.id);
-      dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
-    } finally {
-      this.ending.delete(rec.id);
-    }
+    // Taken first: from here on its traffic is answered "not found", as after the kill (isGone), so a
+    // client whose stream ended because envd died first is not told the sandbox is merely unreachable.
+    const inst = this.instances.take(rec.id);
+    this.o.pool.drop(rec.id);
+    await inst?.kill();
+    this.o.pool.forget(rec.id);
+    rmSync(this.dir(rec.id), { recursive: true, force: true });
+    forgetPausedFiles(this.o.dataDir, rec.id);
+    const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
     this.o.log.info({ sandboxId: rec.id, reason }, "sandbox killed");
     this.emit("killed", dead);
   }
 
+  /** A running sandbox past its end (under its lock): its timeout action. */
+  private async expire(rec: SandboxRecord): Promise<void> {
+    this.emit("timed_out", rec);
+    if (rec.onTimeout === "pause") await this.pauseLocked(rec, rec.pauseMemory ?? true);
+    else await this.killLocked(rec, "timeout");
+  }
+
   /** POST /timeout: the sandbox now ends `seconds` from now (shorter or longer; 0: its timeout action runs now). */
-  async setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
-    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds, true);
-    const rec = await this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Date.now() + timeout * 1000 }));
-    if (timeout === 0) void this.reap();
-    return rec;
+  setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
+    return this.timeouts.set(id, seconds);
   }
 
   /** PUT /sandboxes/{id}/network: replaces the egress rules of a sandbox that has its own network. */
@@ -400,9 +397,8 @@ export class SandboxManager {
   }
 
   /** POST /refreshes: extends only. */
-  async refresh(id: string, seconds: number): Promise<SandboxRecord> {
-    const timeout = checkTimeout(seconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => this.save({ ...this.get(id), endAt: Math.max(this.get(id).endAt, Date.now() + timeout * 1000) }));
+  refresh(id: string, seconds: number): Promise<SandboxRecord> {
+    return this.timeouts.extend(id, seconds);
   }
 
   /**
@@ -410,8 +406,8 @@ export class SandboxManager {
    * autoResume is resumed first; otherwise `unavailable` (not running).
    */
   async endpoint(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
-    if (this.ending.has(id)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
     let rec = this.get(id);
+    if (rec.state === "running" && !this.instances.get(id)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
     // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
     if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {
       // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
@@ -424,21 +420,15 @@ export class SandboxManager {
     return { sandbox: rec, socketPath: this.instance(rec).socketPath };
   }
 
-  /** Is the sandbox being killed (its traffic no longer routed)? */
-  isEnding(id: string): boolean {
-    return this.ending.has(id);
+  /** Does the sandbox have a live instance (none once a kill or its death has begun; none while paused to disk)? No store read. */
+  hasInstance(id: string): boolean {
+    return this.instances.get(id) !== undefined;
   }
 
-  /** Is the sandbox killed, being killed, or unknown? */
+  /** Is the sandbox killed, being killed (running, its instance taken), or unknown? */
   isGone(id: string): boolean {
-    if (this.ending.has(id)) return true;
     const rec = this.o.store.getSandbox(id);
-    return !rec || rec.state === "killed";
-  }
-
-  /** Can sandboxes be created from template `id`? */
-  hasTemplate(id: string): boolean {
-    return this.o.templates.has(id);
+    return !rec || rec.state === "killed" || (rec.state === "running" && !this.instances.get(id));
   }
 
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
@@ -456,21 +446,5 @@ export class SandboxManager {
 
   async logs(id: string): Promise<{ timestamp: number; line: string }[]> {
     return (await this.instances.get(this.get(id).id)?.logs?.()) ?? [];
-  }
-
-  private async reap(): Promise<void> {
-    const now = Date.now();
-    for (const rec of this.o.store.listSandboxes({ states: ["running"] })) {
-      if (rec.endAt > now) continue;
-      await this.locks
-        .run(rec.id, async () => {
-          const cur = this.o.store.getSandbox(rec.id);
-          if (!cur || cur.state !== "running" || cur.endAt > Date.now()) return;
-          this.emit("timed_out", cur);
-          if (cur.onTimeout === "pause") await this.pauseLocked(cur, cur.pauseMemory ?? true);
-          else await this.killLocked(cur, "timeout");
-        })
-        .catch((err: unknown) => this.o.log.error({ err, sandboxId: rec.id }, "timeout handling failed"));
-    }
   }
 }

@@ -71,6 +71,17 @@ export class SnapshotService {
     return this.o.templates.has(id);
   }
 
+  /**
+   * What a name given as a create's templateID is (E2B's template alias): a
+   * template built on this server (public: every key may create from it) or
+   * a snapshot (the team's own), or undefined.
+   */
+  alias(name: string): { templateID: string; public: boolean } | undefined {
+    if (this.isTemplate(name)) return { templateID: name, public: true };
+    const snap = this.resolve(name);
+    return snap ? { templateID: snapshotId(snap), public: false } : undefined;
+  }
+
   /** Whether a create's templateID names a snapshot (a template of that name wins). */
   names(templateId: string): boolean {
     return !this.o.templates.has(templateId) && this.resolve(templateId) !== undefined;

@@ -37,7 +37,7 @@ export class EndpointCache {
   async get(id: string): Promise<SandboxEndpoint> {
     const hit = this.entries.get(id);
     const now = Date.now();
-    if (hit && hit.expires > now && !this.manager.isEnding(id)) return hit;
+    if (hit && hit.expires > now && this.manager.hasInstance(id)) return hit;
     const gen = this.generation;
     const { sandbox, socketPath } = await this.manager.endpoint(id);
     const trafficToken = sandbox.network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;

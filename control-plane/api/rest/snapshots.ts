@@ -3,7 +3,7 @@
 // SDKs delete a snapshot) and POST /sandboxes/{id}/fork; and
 // GET /templates/aliases/{alias} (Template.exists), which snapshot names answer too.
 import { ControlPlaneError } from "../../manager/types.js";
-import { snapshotId, toSnapshotInfo } from "../../snapshots/names.js";
+import { toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import { pageSnapshots } from "../../snapshots/paging.js";
 import type { ApiDeps } from "../deps.js";
@@ -52,17 +52,12 @@ async function deleteSnapshot({ res, params, deps }: RestContext): Promise<void>
   throw new HttpError(404, `snapshot '${ref}' not found`);
 }
 
-/**
- * GET /templates/aliases/{alias}: the SDKs' Template.exists(name). A template
- * built on this server is public (every key may create from it); a snapshot
- * (created from by name, as on E2B) is the team's own.
- */
+/** GET /templates/aliases/{alias}: the SDKs' Template.exists(name) (a built template or a snapshot's name). */
 async function templateAlias({ res, params, deps }: RestContext): Promise<void> {
   const alias = params.alias!;
-  if (deps.manager.hasTemplate(alias)) return sendJson(res, 200, { templateID: alias, public: true });
-  const snap = deps.snapshots?.resolve(alias);
-  if (snap) return sendJson(res, 200, { templateID: snapshotId(snap), public: false });
-  throw new HttpError(404, `template '${alias}' not found: build it with 'locale2b template build ${alias}' on the server`);
+  const found = service(deps).alias(alias);
+  if (!found) throw new HttpError(404, `template '${alias}' not found: build it with 'locale2b template build ${alias}' on the server`);
+  sendJson(res, 200, found);
 }
 
 function forkError(err: Error): { code: number; message: string } {
