@@ -9,13 +9,21 @@ import { removeLeftoverWarm } from "./warm-pool.js";
 
 /**
  * Everything a start clears of sandboxes that are no more (after the live
- * ones are re-adopted): old dead records, warm sandboxes a dead server left
- * (killed), and the directories of dead sandboxes and of pauses to disk no
+ * ones are re-adopted): old dead records, the runtime's own leftovers on the
+ * host (the process runtime's empty cgroups), warm sandboxes a dead server
+ * left (killed), and the directories of dead sandboxes and of pauses to disk no
  * record owns.
  */
-export async function removeLeftovers(o: { store: Store; dataDir: string; runtimeByName: (name: string) => Promise<Runtime>; log: Logger }): Promise<void> {
+export async function removeLeftovers(o: {
+  store: Store;
+  dataDir: string;
+  runtime: Runtime;
+  runtimeByName: (name: string) => Promise<Runtime>;
+  log: Logger;
+}): Promise<void> {
   const { store, dataDir, log } = o;
   pruneDeadRecords(store);
+  await o.runtime.removeLeftovers?.(log).catch((err: unknown) => log.warn({ err }, "cannot remove what gone sandboxes left on the host"));
   await removeLeftoverWarm(join(dataDir, "sandboxes"), (id) => store.getSandbox(id) !== undefined, o.runtimeByName, log);
   removeDeadSandboxDirs(join(dataDir, "sandboxes"), (id) => (store.getSandbox(id)?.state ?? "killed") !== "killed", log);
   removeDeadSandboxDirs(join(dataDir, "paused"), (id) => isPausedToDisk(store.getSandbox(id)), log);

@@ -139,4 +139,6 @@ export interface Runtime {
   close?(): Promise<void>;
   /** Starts a new instance from a snapshot one of its instances took (a fresh id, its own copy of the files). */
   createFromSnapshot?(spec: InstanceSpec, from: SnapshotSource): Promise<Instance>;
+  /** At a server's start, after re-adoption: removes what sandboxes that are gone left on the host (e.g. empty cgroups). */
+  removeLeftovers?(log: Logger): Promise<void>;
 }

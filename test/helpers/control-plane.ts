@@ -29,9 +29,13 @@ export async function startTestControlPlane(opts: Partial<ControlPlaneOptions> =
     sdkEnv: { E2B_API_URL: cp.url, E2B_SANDBOX_URL: cp.url, E2B_API_KEY: apiKey },
     stopKeepingSandboxes: () => cp.close(),
     async close() {
-      for (const s of cp.manager.list()) await cp.manager.kill(s.id).catch(() => undefined);
-      await cp.close();
-      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+      try {
+        for (const s of cp.manager.list()) await cp.manager.kill(s.id).catch(() => undefined);
+        await cp.close();
+      } finally {
+        // Also after stopKeepingSandboxes() (a second close throws): the temporary data dir never outlives the test.
+        if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+      }
     },
   };
 }

@@ -32,5 +32,14 @@ export async function recorder(): Promise<Recorder> {
     s.on("error", () => undefined);
   });
   await new Promise<void>((r) => server.listen(path, r));
-  return { path, seen, dials: () => dials, close: () => server.close(() => rmSync(dirname(path), { recursive: true, force: true })) };
+  // The directory goes at once: server.close() calls back only after every connection ended, which a test may never wait for.
+  return {
+    path,
+    seen,
+    dials: () => dials,
+    close: () => {
+      server.close();
+      rmSync(dirname(path), { recursive: true, force: true });
+    },
+  };
 }

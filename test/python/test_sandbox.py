@@ -506,3 +506,4 @@ def test_egress_policy_and_update_network(control_plane):
             server.kill()
         subprocess.run(["ip", "link", "del", dev], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(f"/tmp/{ns}", ignore_errors=True)

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import {
   allSandboxesPidsMax,
+  emptyOldGroups,
   CPU_PERIOD_US,
   groupExists,
   makeGroupDir,
@@ -9,6 +10,7 @@ import {
   readPids,
   readText,
   removeGroupDir,
+  tryRemoveGroupDir,
   tryWrite,
   type CgroupDriver,
   type CgroupLimits,
@@ -160,6 +162,19 @@ export class V1Driver implements CgroupDriver {
     for (const [ctrl, parent] of Object.entries(this.parents) as [V1Controller, string][]) dirs[ctrl] = join(parent, name);
     const group = new V1Cgroup(dirs);
     return group.exists() ? group : undefined;
+  }
+
+  sweep(minAgeMs: number): string[] {
+    const names = new Set<string>();
+    for (const parent of new Set(Object.values(this.parents))) for (const name of emptyOldGroups(parent, minAgeMs)) names.add(name);
+    const removed: string[] = [];
+    for (const name of names) {
+      // Only a name empty in every hierarchy it is in: never half of a live sandbox's group.
+      const dirs = [...new Set(Object.values(this.parents))].map((p) => join(p, name)).filter((d) => groupExists(d));
+      if (dirs.some((d) => readPids(join(d, "cgroup.procs")).length > 0)) continue;
+      if (dirs.map((d) => tryRemoveGroupDir(d)).every(Boolean)) removed.push(name);
+    }
+    return removed;
   }
 
   create(name: string, limits: CgroupLimits): V1Cgroup {

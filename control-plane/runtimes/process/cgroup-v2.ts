@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import {
   allSandboxesPidsMax,
+  emptyOldGroups,
   CPU_PERIOD_US,
   groupExists,
   makeGroupDir,
@@ -9,6 +10,7 @@ import {
   readNumber,
   readPids,
   removeGroupDir,
+  tryRemoveGroupDir,
   tryWrite,
   type CgroupDriver,
   type CgroupLimits,
@@ -143,6 +145,10 @@ export class V2Driver implements CgroupDriver {
   find(name: string): V2Cgroup | undefined {
     const group = new V2Cgroup(join(this.parent, name));
     return group.exists() ? group : undefined;
+  }
+
+  sweep(minAgeMs: number): string[] {
+    return emptyOldGroups(this.parent, minAgeMs).filter((name) => tryRemoveGroupDir(join(this.parent, name)));
   }
 
   create(name: string, limits: CgroupLimits): V2Cgroup {

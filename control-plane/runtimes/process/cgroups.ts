@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { waitFor } from "./procfs.js";
 import { setting } from "../../settings.js";
@@ -56,6 +56,14 @@ export interface CgroupDriver {
   create(name: string, limits: CgroupLimits): SandboxCgroup;
   /** The group create(name) made, if it still exists (a start a dead server never recorded). */
   find(name: string): SandboxCgroup | undefined;
+  /**
+   * Removes the groups under the parent that hold no process and were made
+   * more than `minAgeMs` ago: what sandboxes a killed server (or a host
+   * crash) never cleaned up left behind. A group with a process in it (a
+   * live or paused sandbox of any server on the host) stays: the kernel
+   * refuses to remove it. Returns the names removed.
+   */
+  sweep(minAgeMs: number): string[];
 }
 
 /** The CFS period every cpu limit uses (100 ms, the kernel's default). */
@@ -142,4 +150,36 @@ export function allSandboxesPidsMax(env: NodeJS.ProcessEnv = process.env): numbe
   const pidMax = readNumber("/proc/sys/kernel/pid_max") ?? 32768;
   const threadsMax = readNumber("/proc/sys/kernel/threads-max") ?? pidMax;
   return Math.max(1024, Math.floor(Math.min(pidMax, threadsMax) * 0.75));
+}
+
+/**
+ * The child groups of `parent` (directories) that hold no process and whose
+ * directory is older than `minAgeMs`: candidates for CgroupDriver.sweep().
+ */
+export function emptyOldGroups(parent: string, minAgeMs: number, now = Date.now()): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(parent, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+  } catch {
+    return [];
+  }
+  return names.filter((name) => {
+    const dir = join(parent, name);
+    try {
+      if (now - statSync(dir).mtimeMs < minAgeMs) return false;
+    } catch {
+      return false;
+    }
+    return groupExists(dir) && readPids(join(dir, "cgroup.procs")).length === 0;
+  });
+}
+
+/** rmdir without waiting; false when the kernel refuses (a process or a child group in it). */
+export function tryRemoveGroupDir(dir: string): boolean {
+  try {
+    rmdirSync(dir);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ENOENT";
+  }
 }

@@ -27,6 +27,12 @@ import { setting } from "../../settings.js";
 /** PATH for envd and, through it, every process in a user-namespace sandbox. */
 const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const MiB = 1024 * 1024;
+/**
+ * An empty sandbox cgroup older than this is a leftover (its server was
+ * killed before it cleaned up): a start puts its first process in a new
+ * group within moments, and every server on the host shares the parent.
+ */
+const LEFTOVER_GROUP_AGE_MS = 60_000;
 
 export interface ProcessRuntimeOptions {
   /** pids.max per sandbox (default 1024). */
@@ -80,6 +86,11 @@ export class ProcessRuntime implements Runtime {
     if (caps.mode !== "sandbox") return caps.notes;
     const ids = this.idRange();
     return [...caps.notes, `root inside a sandbox is host uid ${ids.base} (ids ${ids.base}-${ids.base + ids.count - 1}; ${ids.source})`];
+  }
+
+  async removeLeftovers(log: Logger): Promise<void> {
+    const removed = (await this.capabilities()).cgroups?.sweep(LEFTOVER_GROUP_AGE_MS) ?? [];
+    if (removed.length) log.info({ count: removed.length, names: removed.slice(0, 20) }, "removed the empty cgroups of sandboxes that are gone");
   }
 
   async egressUnsupported(): Promise<string | undefined> {
