@@ -1,4 +1,5 @@
 import { Sandbox } from "e2b";
+import { spawn } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,12 +11,12 @@ import { processClient } from "./lib/clients.js";
 import { processCpuSeconds, spawnHelperPid } from "./lib/cpu.js";
 import { ensureEnvdBundle } from "../control-plane/images/envd-bundle.js";
 import { ensureInitBinary } from "../control-plane/images/guest-init.js";
-import { imagesDir } from "../control-plane/images/layout.js";
+import { GUEST, imagesDir } from "../control-plane/images/layout.js";
 import { e2bEnvdBinary, startE2bEnvd } from "./lib/e2b-envd.js";
 import { startEnvdChild, type EnvdChild } from "./lib/envd.js";
 import type { GoalResult } from "./lib/goal.js";
 import { envInt, fmtBytes, fmtMiB, fmtMs, fmtRate, fmtRatio, heading, printTable } from "./lib/report.js";
-import { readRss, RssSampler } from "./lib/rss.js";
+import { readRss, readRssParts, RssSampler } from "./lib/rss.js";
 import { median, mibPerSec, msSince } from "./lib/stats.js";
 import { viaEnvd } from "./stream.js";
 
@@ -101,6 +102,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
   const downCpu = measure("envd CPU per GiB downloaded", "cpu");
   const startup = measure("start-up (spawn to first /health 2xx)", "ms");
   const idleRss = measure("idle RSS after start", "bytes");
+  const idleAnon = measure("  of which private (RssAnon)", "bytes");
 
   try {
     for (let round = 0; round < rounds; round++) {
@@ -113,6 +115,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
           startup.values[s].push(envd.startupMs);
           await new Promise((r) => setTimeout(r, IDLE_SETTLE_MS));
           idleRss.values[s].push(readRss(envd.pid));
+          idleAnon.values[s].push(readRssParts(envd.pid).anon);
 
           const json = processClient(envd.url, false);
           const binary = processClient(envd.url, true);
@@ -206,6 +209,7 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
     forget();
   }
 
+  const floor = await nodeFloor();
   const fmt = (unit: Unit, v: number) => (unit === "ms" ? fmtMs(v) : unit === "rate" ? fmtRate(v) : unit === "cpu" ? `${v.toFixed(2)} s` : fmtMiB(v));
   console.log("");
   printTable(
@@ -224,6 +228,12 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
       "and the children it waited for (ours: `locale2b-init --receive` of a large upload, `--sendfile` of a download). Peak RSS: the highest VmRSS sampled every 50 ms during both streams.\n" +
       "commands.run: the E2B SDK (debug mode, sandboxUrl = that envd) runs `bash -l -c true` with HOME set to an empty directory.",
   );
+  const e2bIdle = skipped ? undefined : median(idleRss.values["E2B envd"]);
+  console.log(
+    `Node's floor, measured now: this node with envd's flags and an empty event loop idles at ${fmtMiB(floor.rss)} ` +
+      `(private ${fmtMiB(floor.anon)}, the rest its binary's shared pages)` +
+      (e2bIdle ? `, ${fmtRatio(floor.rss / e2bIdle)} E2B envd's idle RSS: no envd on Node idles below that.` : "."),
+  );
   if (skipped) {
     console.log(`E2B envd ${skipped}`);
     return [{ benchmark: "e2b-envd", metric: "E2B envd baseline", value: "skipped", goal: "(information)", ok: true, notApplicable: skipped }];
@@ -233,4 +243,17 @@ export async function benchE2bEnvd(): Promise<GoalResult[]> {
     { benchmark: "e2b-envd", metric: "exec /bin/true Connect JSON, ours / E2B", value: fmtRatio(rate(execJson)), goal: "(information)", ok: true, notApplicable: "information" },
     { benchmark: "e2b-envd", metric: "stdout stream Connect binary, ours / E2B", value: fmtRatio(rate(streamBinary)), goal: "(information)", ok: true, notApplicable: "information" },
   ];
+}
+
+/** The idle RSS of a bare node (envd's flags, an empty event loop) after the same settling time: Node's own floor. */
+async function nodeFloor(): Promise<{ rss: number; anon: number }> {
+  const child = spawn(process.execPath, [...GUEST.nodeFlags, "-e", "setInterval(() => {}, 1 << 30)"], { stdio: "ignore" });
+  const forget = onCleanup(() => child.kill("SIGKILL"));
+  try {
+    await new Promise((r) => setTimeout(r, IDLE_SETTLE_MS + 200));
+    return { rss: readRss(child.pid!), anon: readRssParts(child.pid!).anon };
+  } finally {
+    child.kill("SIGKILL");
+    forget();
+  }
 }

@@ -16,7 +16,7 @@ export function heading(title: string): void {
 
 export const fmtMs = (ms: number): string => `${ms.toFixed(ms < 10 ? 2 : 1)} ms`;
 export const fmtRate = (mibs: number): string => `${mibs.toFixed(0)} MiB/s`;
-export const fmtRatio = (r: number): string => `${r.toFixed(2)}x`;
+export const fmtRatio = (r: number): string => (Number.isFinite(r) ? `${r.toFixed(2)}x` : "-");
 export const fmtMiB = (bytes: number): string => `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 
 export function fmtBytes(bytes: number): string {

@@ -6,6 +6,12 @@ export function readRss(pid: number): number {
   return readStatusKb(readFileSync(`/proc/${pid}/status`, "utf8"), "VmRSS") * 1024;
 }
 
+/** A process's resident set in its two parts, in bytes: private (anonymous: heap, stacks) and file-backed (its binary's pages, shared). */
+export function readRssParts(pid: number): { anon: number; file: number } {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  return { anon: readStatusKb(status, "RssAnon") * 1024, file: readStatusKb(status, "RssFile") * 1024 };
+}
+
 /** A process's peak resident set size since it started, in bytes (VmHWM). */
 export function readHwm(pid: number): number {
   return readStatusKb(readFileSync(`/proc/${pid}/status`, "utf8"), "VmHWM") * 1024;
