@@ -14,13 +14,31 @@
 // pytest (e.g. "-k pty -x"); LOCALE2B_PYTHON_VENV overrides the venv path.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { basename, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const bin = (name) => join(root, "node_modules", ".bin", name);
+
+// What the run left on the host (a leak in a test or in the server): read before and after, reported, not counted.
+function hostLeftovers() {
+  const names = new Set();
+  const list = (label, dir, keep) => {
+    try {
+      for (const d of readdirSync(dir, { withFileTypes: true })) if (keep(d)) names.add(`${label} ${d.name}`);
+    } catch {
+      // not there on this host
+    }
+  };
+  list("network device", "/sys/class/net", (d) => d.name.startsWith("l2b"));
+  list("network namespace", "/run/netns", (d) => d.name.startsWith("l2b"));
+  for (const c of ["cpu", "pids", "freezer", "memory", ""]) list(`cgroup ${c || "v2"}`, join("/sys/fs/cgroup", c, "locale2b"), (d) => d.isDirectory());
+  list("temporary", tmpdir(), (d) => /^(locale2b|l2b)/.test(d.name));
+  return names;
+}
+const leftoversBefore = hostLeftovers();
 
 let passed = 0;
 let failed = 0;
@@ -227,6 +245,8 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
 }
 
 const out = [];
+const leftovers = [...hostLeftovers()].filter((n) => !leftoversBefore.has(n));
+if (leftovers.length) out.push("", `Left on the host by this run (a leak to look into; not counted):`, ...leftovers.map((n) => `  - ${n}`));
 if (skips.length) out.push("", `Skipped (${skips.length}); the suite name says why where known:`, ...skips.map((s) => `  - ${s}`));
 if (failures.length) out.push("", `Failed (${failures.length}):`, ...failures.map((f) => `  - ${f}`));
 out.push("", `${passed} passed, ${failed} failed, ${skipped} skipped`);
