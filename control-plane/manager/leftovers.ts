@@ -4,13 +4,15 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Runtime } from "../runtimes/runtime.js";
 import type { Store } from "../store/store.js";
+import { removeStalePolicies } from "../runtimes/net/nft.js";
 import { isPausedToDisk } from "./fs-pause.js";
 import { removeLeftoverWarm } from "./warm-pool.js";
 
 /**
  * Everything a start clears of sandboxes that are no more (after the live
  * ones are re-adopted): old dead records, the runtime's own leftovers on the
- * host (the process runtime's empty cgroups), warm sandboxes a dead server
+ * host (the process runtime's empty cgroups), the nft rules of host devices
+ * that are gone, warm sandboxes a dead server
  * left (killed), and the directories of dead sandboxes and of pauses to disk no
  * record owns.
  */
@@ -24,6 +26,7 @@ export async function removeLeftovers(o: {
   const { store, dataDir, log } = o;
   pruneDeadRecords(store);
   await o.runtime.removeLeftovers?.(log).catch((err: unknown) => log.warn({ err }, "cannot remove what gone sandboxes left on the host"));
+  await removeStalePolicies(log).catch((err: unknown) => log.warn({ err }, "cannot remove the network rules of gone sandboxes"));
   await removeLeftoverWarm(join(dataDir, "sandboxes"), (id) => store.getSandbox(id) !== undefined, o.runtimeByName, log);
   removeDeadSandboxDirs(join(dataDir, "sandboxes"), (id) => (store.getSandbox(id)?.state ?? "killed") !== "killed", log);
   removeDeadSandboxDirs(join(dataDir, "paused"), (id) => isPausedToDisk(store.getSandbox(id)), log);

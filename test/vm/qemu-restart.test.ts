@@ -2,13 +2,16 @@
 // are detached, so the VMs live on; the next start re-adopts them (QMP again,
 // the same vsock socket), a paused one stays paused and resumes, and a VM
 // that died meanwhile is marked dead.
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
+import pino from "pino";
 import { describe, expect, it } from "vitest";
 import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
+import { tapUnsupported } from "../../control-plane/runtimes/qemu/tap.js";
 import { cmdline, isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
@@ -64,6 +67,29 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
         if (cmdline(pid).some((a) => a.includes(dataDir))) process.kill(pid, "SIGKILL");
       }
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("a create the server died in (no record of its VM) is stopped at the next start: no QEMU, vhost or tap is left", { timeout: 300_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "locale2b-qemu-cut-"));
+    const rt = new QemuRuntime({ imagesDir: testImagesDir() });
+    const sandboxId = `icutshort${randomBytes(6).toString("hex")}`;
+    const log = pino({ level: "silent" });
+    // With an egress policy the VM gets a tap (where the host can make one), which outlives its QEMU.
+    const withTap = tapUnsupported() === undefined;
+    const spec = { sandboxId, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 1024, dir, allowInternetAccess: false, log };
+    const inst = await rt.create(withTap ? { ...spec, egress: { allow: [], deny: [] } } : spec);
+    try {
+      const { qemu, vhost, tap } = inst.persisted;
+      expect(isRunning(qemu.pid, qemu.startTime) && isRunning(vhost.pid, vhost.startTime)).toBe(true);
+      if (withTap) expect(existsSync(`/sys/class/net/${tap!.name}`)).toBe(true);
+      // The server died before the store had the instance's record: the next start adopts with none.
+      expect(await rt.adopt(sandboxId, dir, {}, log)).toBeUndefined();
+      await waitUntil(() => !isRunning(qemu.pid, qemu.startTime) && !isRunning(vhost.pid, vhost.startTime));
+      if (withTap) expect(existsSync(`/sys/class/net/${tap!.name}`), "the tap is released").toBe(false);
+    } finally {
+      await inst.kill().catch(() => undefined);
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -13,7 +13,7 @@
 //     chain sbx_<id>         only the sandbox's own source address; DNS to the resolvers;
 //                            allow CIDRs accept; deny CIDRs reject (admin-prohibited)
 // IPv6 is off on every sandbox device (and dropped here too): a sandbox has IPv4 only.
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
 import { runCommand } from "../../host/commands.js";
@@ -150,4 +150,54 @@ export async function removePolicy(device: string, sandboxId: string): Promise<v
 export async function releaseDevice(device: string, sandboxId: string): Promise<void> {
   await removePolicy(device, sandboxId);
   await deleteDevice(device);
+}
+
+/**
+ * Removes the rules of sandboxes whose host device is gone (what a server
+ * killed before it released them left): their element of the map and their
+ * chain, and chains no element names. The table is read before the devices:
+ * an element is added (with its chain, in one transaction) only once its
+ * device exists, so an element whose device is missing from the later read
+ * is stale, never a start in flight in another server. Returns how many
+ * sandboxes' rules went; without nft or the table, nothing.
+ */
+export async function removeStalePolicies(log: Logger): Promise<number> {
+  const bin = findExecutable("nft");
+  if (!bin || process.getuid?.() !== 0) return 0;
+  let table: { nftables?: Record<string, unknown>[] };
+  try {
+    table = JSON.parse((await runCommand(bin, ["-j", "list", "table", ...TABLE.split(" ")])).stdout) as typeof table;
+  } catch {
+    return 0; // no table: no sandbox network was ever set up here
+  }
+  const elements: [string, string][] = [];
+  const chains: string[] = [];
+  for (const item of table.nftables ?? []) {
+    const map = item.map as { name?: string; elem?: unknown[] } | undefined;
+    if (map?.name === "sandboxes") {
+      for (const e of map.elem ?? []) {
+        const [device, verdict] = e as [unknown, { jump?: { target?: unknown } }];
+        if (typeof device === "string" && typeof verdict?.jump?.target === "string") elements.push([device, verdict.jump.target]);
+      }
+    }
+    const chain = item.chain as { name?: unknown } | undefined;
+    if (typeof chain?.name === "string" && chain.name.startsWith("sbx_")) chains.push(chain.name);
+  }
+  let devices: Set<string>;
+  try {
+    devices = new Set(readdirSync("/sys/class/net"));
+  } catch {
+    return 0;
+  }
+  const named = new Set(elements.map(([, chain]) => chain));
+  const stale = elements.filter(([device]) => !devices.has(device));
+  const script = [
+    ...stale.map(([device, chain]) => `delete element ${TABLE} sandboxes { "${device}" }\ndelete chain ${TABLE} ${chain}`),
+    ...chains.filter((c) => !named.has(c)).map((c) => `delete chain ${TABLE} ${c}`),
+  ];
+  // One by one: a chain another server is deleting meanwhile must not fail the rest.
+  let removed = 0;
+  for (const step of script) if (await nft(step).then(() => true, () => false)) removed++;
+  if (removed) log.info({ count: removed }, "removed the network rules of sandboxes that are gone");
+  return removed;
 }

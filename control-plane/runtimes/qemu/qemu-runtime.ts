@@ -1,7 +1,8 @@
 import { spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import type { TapRecord } from "../firecracker/state.js";
 import { accelFor } from "../../host/checks.js";
 import { spawnDetached } from "../../host/detached.js";
 import { findExecutable } from "../../host/executables.js";
@@ -124,15 +125,21 @@ export class QemuRuntime implements Runtime {
     const memoryMB = Math.max(128, spec.memoryMB);
     const started: ChildProcess[] = [];
     let tapped: Awaited<ReturnType<typeof tapForPolicy>> | undefined;
+    // What this start made, on disk as it goes: a server that dies before it records the instance
+    // leaves detached processes and a tap that only this file names (see adopt()).
+    const made: StartRecord = {};
+    const note = (patch: StartRecord) => writeFileSync(startRecordPath(layout), JSON.stringify(Object.assign(made, patch)));
     try {
       // A tap behind the host's nft rules whenever the host can make one: QEMU's user-mode NAT would let
       // the guest reach the host's loopback services (10.0.2.2 is the host's 127.0.0.1 there).
       if (spec.egress || (spec.allowInternetAccess && !tapUnsupported())) {
         tapped = await tapForPolicy(spec.sandboxId, spec.egress ?? { allow: [], deny: [] }, spec.log);
+        note({ tap: tapped.tap });
       }
       const vhostChild = this.spawnDetached(t.vhost, vhostVsockArgs(layout), layout, spec.log);
       started.push(vhostChild);
       const vhost = await this.started(vhostChild, "vhost-device-vsock");
+      note({ vhost });
       if (!(await waitFor(() => existsSync(layout.vhostUser), 5_000, 2))) {
         throw new Error(`vhost-device-vsock did not create ${layout.vhostUser} within 5 s (see ${layout.vmmLog})`);
       }
@@ -150,6 +157,7 @@ export class QemuRuntime implements Runtime {
       const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);
       started.push(qemuChild);
       const qemu = await this.started(qemuChild, "QEMU");
+      note({ qemu });
       // A busy host can take QEMU well over 10 s to open its socket (a clean-clone CI run failed so): wait
       // as long as it runs, up to a minute, and give up at once if it exits.
       const qmpAlive = () => qemuChild.exitCode === null && qemuChild.signalCode === null;
@@ -179,8 +187,12 @@ export class QemuRuntime implements Runtime {
 
   async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<QemuInstance | undefined> {
     const p = persisted as Partial<PersistedQemuInstance>;
-    if (!p.qemu || !p.vhost) return undefined;
     const layout = vmLayout(dir);
+    if (!p.qemu || !p.vhost) {
+      // No record of a VM: a create the server died in (or nothing started). Stop what it had started.
+      await stopCutShort(sandboxId, layout, log);
+      return undefined;
+    }
     const alive = isRunning(p.qemu.pid, p.qemu.startTime) && isRunning(p.vhost.pid, p.vhost.startTime);
     if (!alive) {
       for (const proc of [p.qemu, p.vhost]) {
@@ -223,4 +235,35 @@ export class QemuRuntime implements Runtime {
     if (!st) throw new Error(`${what} exited at once`);
     return { pid, startTime: st.startTime };
   }
+}
+
+/** What create() had started so far, in `<dir>/started.json`. */
+interface StartRecord {
+  tap?: TapRecord;
+  vhost?: VmProcess;
+  qemu?: VmProcess;
+}
+
+function startRecordPath(layout: VmLayout): string {
+  return join(layout.dir, "started.json");
+}
+
+/**
+ * Kills the processes a create cut short had started (each only if it is
+ * still the same process: pid and start time) and releases its tap.
+ */
+async function stopCutShort(sandboxId: string, layout: VmLayout, log: Logger): Promise<void> {
+  let rec: StartRecord;
+  try {
+    rec = JSON.parse(readFileSync(startRecordPath(layout), "utf8")) as StartRecord;
+  } catch {
+    return;
+  }
+  for (const [what, proc] of [["QEMU", rec.qemu], ["vhost-device-vsock", rec.vhost]] as const) {
+    if (proc && Number.isInteger(proc.pid) && proc.pid > 1 && isRunning(proc.pid, proc.startTime)) {
+      process.kill(proc.pid, "SIGKILL");
+      log.info({ pid: proc.pid }, `stopped the ${what} of a create cut short by a restart`);
+    }
+  }
+  if (typeof rec.tap?.name === "string" && rec.tap.name.startsWith("l2b")) await releaseDevice(rec.tap.name, sandboxId);
 }

@@ -1,13 +1,15 @@
 import { randomBytes } from "node:crypto";
-import { utimesSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, utimesSync } from "node:fs";
 import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import type { CgroupDriver, SandboxCgroup } from "../../control-plane/runtimes/process/cgroups.js";
+import { vethUnsupported } from "../../control-plane/runtimes/net/veth.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 
-// A server killed before it cleaned up (SIGKILL, a host crash) leaves its sandboxes' cgroups behind;
-// the next start on the host removes the empty old ones, and nothing any server still uses.
+// A server killed before it cleaned up (SIGKILL, a host crash) leaves its sandboxes' cgroups and
+// network rules behind; the next start on the host removes them, and nothing any server still uses.
 const driver: CgroupDriver | undefined = process.getuid?.() === 0 ? (await new ProcessRuntime().capabilities()).cgroups : undefined;
 const why = process.getuid?.() !== 0 ? "needs root (sandbox cgroups)" : "this host gives sandboxes no cgroups";
 if (!driver) console.warn(`skipping leftover cgroup tests: ${why}`);
@@ -55,5 +57,40 @@ describe.skipIf(!driver)("leftover sandbox cgroups", () => {
     expect((await live.commands.run("echo still here")).stdout).toBe("still here\n");
     await live.kill();
     expect(liveGroup!.exists(), "a killed sandbox's group goes with it").toBe(false);
+  });
+});
+
+const noNet = vethUnsupported();
+if (noNet) console.warn(`skipping the leftover network rules test: ${noNet}`);
+const nft = (...args: string[]) => execFileSync("nft", args, { encoding: "utf8" });
+const mapText = () => nft("list", "map", "inet", "locale2b", "sandboxes");
+const chainExists = (chain: string) => nft("list", "chains", "inet").includes(`chain ${chain} `);
+
+describe.skipIf(noNet !== undefined)("leftover sandbox network rules", () => {
+  it("a server's start removes the rules of host devices that are gone, and keeps a live sandbox's", async () => {
+    const first = await startTestControlPlane();
+    servers.push(first);
+    const live = await Sandbox.create("base", { apiKey: first.apiKey, apiUrl: first.url, sandboxUrl: first.url });
+    const device = `l2b${live.sandboxId.slice(-12)}`;
+    expect(existsSync(`/sys/class/net/${device}`), "the sandbox has its host device").toBe(true);
+    expect(mapText()).toContain(`"${device}"`);
+
+    // What a server killed before it released a sandbox leaves: an element for a device that is gone, and its chain;
+    // and a chain no element names.
+    const tag = randomBytes(4).toString("hex");
+    const [gone, goneChain, orphanChain] = [`l2bgone${tag}`, `sbx_igone${tag}`, `sbx_iorphan${tag}`];
+    execFileSync("nft", ["-f", "-"], {
+      input: [`add chain inet locale2b ${goneChain}`, `add element inet locale2b sandboxes { "${gone}" : jump ${goneChain} }`, `add chain inet locale2b ${orphanChain}`].join("\n"),
+    });
+    expect(mapText()).toContain(`"${gone}"`);
+
+    const second = await startTestControlPlane();
+    servers.push(second);
+    expect(mapText(), "the element of a device that is gone").not.toContain(`"${gone}"`);
+    expect(chainExists(goneChain), "its chain").toBe(false);
+    expect(chainExists(orphanChain), "a chain no element names").toBe(false);
+    expect(mapText(), "a live sandbox's element stays").toContain(`"${device}"`);
+    expect(chainExists(`sbx_${live.sandboxId}`), "and its chain").toBe(true);
+    await live.kill();
   });
 });
