@@ -3,12 +3,15 @@
 // socket, runsc state under each sandbox's directory), one paused to disk
 // stays paused and is restored from its checkpoint, and one killed while the server was down is marked
 // dead with nothing of it left behind.
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
+import pino from "pino";
 import { describe, expect, it } from "vitest";
 import type { PersistedGvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
+import { vethUnsupported } from "../../control-plane/runtimes/net/veth.js";
 import { cmdline, isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
@@ -64,6 +67,34 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
         if (cmdline(pid).some((a) => a.includes(dataDir))) process.kill(pid, "SIGKILL");
       }
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+  it("a create the server died in (no record of it) is cleaned up at the next start: no sentry, network namespace or veth is left", { timeout: 300_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), "locale2b-gvisor-cut-"));
+    const rt = gvisorRuntime();
+    const sandboxId = `icutshort${randomBytes(6).toString("hex")}`;
+    const log = pino({ level: "silent" });
+    // With an egress policy the sandbox gets a named network namespace and a veth, which outlive its sentry.
+    const withNet = vethUnsupported() === undefined;
+    const spec = { sandboxId, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 1024, dir, allowInternetAccess: false, log };
+    const inst = await rt.create(withNet ? { ...spec, egress: { allow: [], deny: [] } } : spec);
+    try {
+      const p = inst.persisted as unknown as PersistedGvisorInstance;
+      expect(isRunning(p.pid, p.startTime)).toBe(true);
+      if (withNet) {
+        expect(existsSync(`/run/netns/${p.netns}`)).toBe(true);
+        expect(existsSync(`/sys/class/net/${p.net!.device}`)).toBe(true);
+      }
+      // The server died before the store had the instance's record: the next start adopts with none.
+      expect(await rt.adopt(sandboxId, dir, {}, log)).toBeUndefined();
+      await waitFor(() => !isRunning(p.pid, p.startTime), "the sentry to be gone");
+      if (withNet) {
+        expect(existsSync(`/run/netns/${p.netns}`), "the network namespace is deleted").toBe(false);
+        expect(existsSync(`/sys/class/net/${p.net!.device}`), "the veth is gone").toBe(false);
+      }
+    } finally {
+      await inst.kill().catch(() => undefined);
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
