@@ -1,11 +1,17 @@
 import { randomBytes } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { existsSync, utimesSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, utimesSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pino from "pino";
 import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import type { CgroupDriver, SandboxCgroup } from "../../control-plane/runtimes/process/cgroups.js";
 import { vethUnsupported } from "../../control-plane/runtimes/net/veth.js";
+import { FirecrackerRuntime } from "../../control-plane/runtimes/firecracker/firecracker-runtime.js";
+import { tapName } from "../../control-plane/runtimes/firecracker/network.js";
+import { tapUnsupported } from "../../control-plane/runtimes/qemu/tap.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 
 // A server killed before it cleaned up (SIGKILL, a host crash) leaves its sandboxes' cgroups and
@@ -92,5 +98,26 @@ describe.skipIf(noNet !== undefined)("leftover sandbox network rules", () => {
     expect(mapText(), "a live sandbox's element stays").toContain(`"${device}"`);
     expect(chainExists(`sbx_${live.sandboxId}`), "and its chain").toBe(true);
     await live.kill();
+  });
+});
+
+const noTap = tapUnsupported();
+if (noTap) console.warn(`skipping the unrecorded tap test: ${noTap}`);
+
+describe.skipIf(noTap !== undefined)("a tap a start made before the server died", () => {
+  it("is released when the sandbox is adopted with no record of its VM (firecracker; qemu in test/vm)", async () => {
+    const sandboxId = `itapleft${randomBytes(6).toString("hex")}`;
+    const name = tapName(sandboxId);
+    const dir = mkdtempSync(join(tmpdir(), "locale2b-tap-left-"));
+    execFileSync("ip", ["tuntap", "add", "dev", name, "mode", "tap"]);
+    try {
+      expect(existsSync(`/sys/class/net/${name}`)).toBe(true);
+      // No firecracker.json, no record in the store: the VMM was never spawned.
+      expect(await new FirecrackerRuntime().adopt(sandboxId, dir, {}, pino({ level: "silent" }))).toBeUndefined();
+      expect(existsSync(`/sys/class/net/${name}`), "the tap is released").toBe(false);
+    } finally {
+      if (existsSync(`/sys/class/net/${name}`)) execFileSync("ip", ["link", "del", name]);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -10,7 +10,7 @@ import { findFirecracker, findJailer, probeKvm, SETUP_HINT } from "./host.js";
 import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, removeVmFiles, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
-import { ipBootArg, vmNetwork } from "./network.js";
+import { ipBootArg, releaseUnrecordedTap, vmNetwork } from "./network.js";
 import { missingTools, releaseDevice } from "../net/nft.js";
 import { restoreVm } from "./restore.js";
 import { readSnapshotMeta, SNAPSHOT_DISK } from "./snapshots.js";
@@ -226,7 +226,11 @@ export class FirecrackerRuntime implements Runtime {
 
   async adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<FirecrackerInstance | undefined> {
     const rec = latestRecord(persisted, join(dir, "firecracker.json"), sandboxId);
-    if (!rec) return undefined;
+    if (!rec) {
+      // No record of a VMM: a start the server died in before spawning it, which may have made the tap.
+      await releaseUnrecordedTap(sandboxId);
+      return undefined;
+    }
     const layout = vmLayout(dir, sandboxId, rec.jail);
     const launch = this.launcher(sandboxId, layout, rec.jail);
     const init = { layout, launch, apiTimeoutMs: this.opts.apiTimeoutMs, log };

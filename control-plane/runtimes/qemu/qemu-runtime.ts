@@ -2,7 +2,6 @@ import { spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import type { TapRecord } from "../firecracker/state.js";
 import { accelFor } from "../../host/checks.js";
 import { spawnDetached } from "../../host/detached.js";
 import { findExecutable } from "../../host/executables.js";
@@ -15,6 +14,7 @@ import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from ".
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
 import { tapForPolicy, tapUnsupported } from "./tap.js";
 import { releaseDevice } from "../net/nft.js";
+import { releaseUnrecordedTap } from "../firecracker/network.js";
 import { Qmp } from "./qmp.js";
 import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
 import { setting } from "../../settings.js";
@@ -125,8 +125,8 @@ export class QemuRuntime implements Runtime {
     const memoryMB = Math.max(128, spec.memoryMB);
     const started: ChildProcess[] = [];
     let tapped: Awaited<ReturnType<typeof tapForPolicy>> | undefined;
-    // What this start made, on disk as it goes: a server that dies before it records the instance
-    // leaves detached processes and a tap that only this file names (see adopt()).
+    // The processes this start made, on disk as it goes: a server that dies before it records the
+    // instance leaves them detached, and only this file names them (see adopt(); its tap the id names).
     const made: StartRecord = {};
     const note = (patch: StartRecord) => writeFileSync(startRecordPath(layout), JSON.stringify(Object.assign(made, patch)));
     try {
@@ -134,7 +134,6 @@ export class QemuRuntime implements Runtime {
       // the guest reach the host's loopback services (10.0.2.2 is the host's 127.0.0.1 there).
       if (spec.egress || (spec.allowInternetAccess && !tapUnsupported())) {
         tapped = await tapForPolicy(spec.sandboxId, spec.egress ?? { allow: [], deny: [] }, spec.log);
-        note({ tap: tapped.tap });
       }
       const vhostChild = this.spawnDetached(t.vhost, vhostVsockArgs(layout), layout, spec.log);
       started.push(vhostChild);
@@ -237,9 +236,8 @@ export class QemuRuntime implements Runtime {
   }
 }
 
-/** What create() had started so far, in `<dir>/started.json`. */
+/** The processes create() had started so far, in `<dir>/started.json`. */
 interface StartRecord {
-  tap?: TapRecord;
   vhost?: VmProcess;
   qemu?: VmProcess;
 }
@@ -253,11 +251,11 @@ function startRecordPath(layout: VmLayout): string {
  * still the same process: pid and start time) and releases its tap.
  */
 async function stopCutShort(sandboxId: string, layout: VmLayout, log: Logger): Promise<void> {
-  let rec: StartRecord;
+  let rec: StartRecord = {};
   try {
     rec = JSON.parse(readFileSync(startRecordPath(layout), "utf8")) as StartRecord;
   } catch {
-    return;
+    // nothing recorded yet (the server died before): at most a tap, which the id names
   }
   for (const [what, proc] of [["QEMU", rec.qemu], ["vhost-device-vsock", rec.vhost]] as const) {
     if (proc && Number.isInteger(proc.pid) && proc.pid > 1 && isRunning(proc.pid, proc.startTime)) {
@@ -265,5 +263,5 @@ async function stopCutShort(sandboxId: string, layout: VmLayout, log: Logger): P
       log.info({ pid: proc.pid }, `stopped the ${what} of a create cut short by a restart`);
     }
   }
-  if (typeof rec.tap?.name === "string" && rec.tap.name.startsWith("l2b")) await releaseDevice(rec.tap.name, sandboxId);
+  await releaseUnrecordedTap(sandboxId);
 }
