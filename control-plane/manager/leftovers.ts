@@ -12,9 +12,8 @@ import { removeLeftoverWarm } from "./warm-pool.js";
  * Everything a start clears of sandboxes that are no more (after the live
  * ones are re-adopted): old dead records, the runtime's own leftovers on the
  * host (the process runtime's empty cgroups), the nft rules of host devices
- * that are gone, warm sandboxes a dead server
- * left (killed), and the directories of dead sandboxes and of pauses to disk no
- * record owns.
+ * that are gone, warm sandboxes a dead server left (killed), and the
+ * directories of dead sandboxes and of pauses to disk no record owns.
  */
 export async function removeLeftovers(o: {
   store: Store;
