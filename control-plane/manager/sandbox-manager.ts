@@ -407,7 +407,7 @@ export class SandboxManager {
    */
   async endpoint(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
     let rec = this.get(id);
-    if (rec.state === "running" && !this.instances.get(id)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
+    if (this.beingKilled(rec)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
     // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
     if (rec.state === "paused" && rec.autoResume && !isPausedToDisk(rec)) {
       // Its original timeout, within the limit (a sandbox refreshed for days has lived longer than any timeout).
@@ -425,10 +425,15 @@ export class SandboxManager {
     return this.instances.get(id) !== undefined;
   }
 
-  /** Is the sandbox killed, being killed (running, its instance taken), or unknown? */
+  /** Is the sandbox killed, being killed, or unknown? */
   isGone(id: string): boolean {
     const rec = this.o.store.getSandbox(id);
-    return !rec || rec.state === "killed" || (rec.state === "running" && !this.instances.get(id));
+    return !rec || rec.state === "killed" || this.beingKilled(rec);
+  }
+
+  /** Running with its instance taken: the kill takes the instance first (killLocked). */
+  private beingKilled(rec: SandboxRecord): boolean {
+    return rec.state === "running" && !this.instances.get(rec.id);
   }
 
   /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */

@@ -104,6 +104,11 @@ function heldForUpload(path: string, since: number): boolean {
   return u !== undefined && !u.ended && Date.now() - since < HOLD_MS;
 }
 
+/** Is this notification held for an upload under way? (One without a name re-reads its directory: never held.) */
+function held(p: Pending): boolean {
+  return p.name !== undefined && heldForUpload(join(p.dir, p.name), p.since);
+}
+
 /** Did an upload just end at `path`, and has this watcher (`reported`: path → that end) not said so yet? */
 function takeUploadEnd(path: string, reported: Map<string, number>): boolean {
   const u = uploads.get(path);
@@ -279,7 +284,7 @@ export class TreeWatcher {
         continue;
       }
       // (Notifications of an upload still under way are not waited for.)
-      if (![...this.pending.values()].some((p) => p.name === undefined || !heldForUpload(join(p.dir, p.name), p.since))) return;
+      if (![...this.pending.values()].some((p) => !held(p))) return;
       clearTimeout(this.timer);
       this.timer = undefined;
       await (this.current = this.run());
@@ -307,7 +312,7 @@ export class TreeWatcher {
   private takeBatch(): Pending[] {
     const batch: Pending[] = [];
     for (const [key, p] of this.pending) {
-      if (p.name !== undefined && heldForUpload(join(p.dir, p.name), p.since)) continue;
+      if (held(p)) continue;
       batch.push(p);
       this.pending.delete(key);
     }

@@ -86,6 +86,9 @@ export function proxyErrorBody(code: number | string, message: string, sandboxId
   return JSON.stringify(sandboxId === undefined ? { code, message } : { sandboxId, message, code });
 }
 
+/** E2B's proxy answer for a sandbox it does not know (or no longer runs), word for word; sent with the sandbox's id. */
+export const SANDBOX_NOT_FOUND = "The sandbox was not found";
+
 /**
  * A proxy-side error as JSON. For Connect paths the body is a Connect error
  * (`{"code":"unavailable","message":…}`): the JS client keeps the message
@@ -93,9 +96,6 @@ export function proxyErrorBody(code: number | string, message: string, sandboxId
  * endpoints (/files, /health) it is envd's `{"code":<status>,"message":…}`.
  * The HTTP status is the same either way, and the SDKs map it the same way.
  */
-/** E2B's proxy answer for a sandbox it does not know (or no longer runs), word for word; sent with the sandbox's id. */
-export const SANDBOX_NOT_FOUND = "The sandbox was not found";
-
 export function sendProxyError(res: ServerResponse, status: number, message: string, connect: boolean, sandboxId?: string): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();

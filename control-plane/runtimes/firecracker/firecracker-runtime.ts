@@ -10,8 +10,8 @@ import { findFirecracker, findJailer, probeKvm, SETUP_HINT } from "./host.js";
 import { FirecrackerInstance } from "./instance.js";
 import { jailRequested, jailSpec, prepareJail } from "./jail.js";
 import { checkSocketPath, removeVmFiles, vmLayout, type JailSpec, type VmLayout } from "./layout.js";
-import { ipBootArg, releaseUnrecordedTap, vmNetwork } from "./network.js";
-import { missingTools, releaseDevice } from "../net/nft.js";
+import { ipBootArg, vmNetwork } from "./network.js";
+import { missingTools, releaseDevice, releaseSandboxDevice } from "../net/nft.js";
 import { restoreVm } from "./restore.js";
 import { readSnapshotMeta, SNAPSHOT_DISK } from "./snapshots.js";
 import { latestRecord, writeStateFile, type PersistedFirecracker, type TapRecord } from "./state.js";
@@ -228,7 +228,7 @@ export class FirecrackerRuntime implements Runtime {
     const rec = latestRecord(persisted, join(dir, "firecracker.json"), sandboxId);
     if (!rec) {
       // No record of a VMM: a start the server died in before spawning it, which may have made the tap.
-      await releaseUnrecordedTap(sandboxId);
+      await releaseSandboxDevice(sandboxId);
       return undefined;
     }
     const layout = vmLayout(dir, sandboxId, rec.jail);

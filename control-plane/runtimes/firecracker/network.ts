@@ -57,16 +57,6 @@ export async function createTap(sandboxId: string, uid: number | undefined, log:
   return rec;
 }
 
-/**
- * Releases the tap a start that left no record of it may have made (the
- * server died between creating the tap and recording it): its name follows
- * from the sandbox id. Nothing to do when there is no such device.
- */
-export async function releaseUnrecordedTap(sandboxId: string): Promise<void> {
-  const name = tapName(sandboxId);
-  if (existsSync(`/sys/class/net/${name}`)) await releaseDevice(name, sandboxId);
-}
-
 /** Brings back a sandbox's tap device (resume: the snapshot names it). */
 export async function restoreTap(rec: TapRecord, uid: number | undefined): Promise<void> {
   if (existsSync(`/sys/class/net/${rec.name}`)) return;

@@ -8,8 +8,7 @@ import { findTemplateImage, imagesDir } from "../../images/layout.js";
 import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
 import { isRunning, procStat } from "../process/procfs.js";
 import { nameServers } from "../net/dns.js";
-import { deviceName } from "../net/addresses.js";
-import { releaseDevice } from "../net/nft.js";
+import { releaseDevice, releaseSandboxDevice } from "../net/nft.js";
 import { createNetns, deleteNetns, netnsName } from "../net/netns.js";
 import { attachVeth, isNetRecord, updateVethPolicy, vethUnsupported, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../net/policy.js";
@@ -221,8 +220,7 @@ export class GvisorRuntime implements Runtime {
       // Died while we were down (or runsc is gone): release what is left of it.
       if (runsc) await runsc.destroy();
       // A create the server died in has no record of its network yet: its names follow from the id.
-      const device = net?.device ?? deviceName(sandboxId);
-      if (net || existsSync(`/sys/class/net/${device}`)) await releaseDevice(device, sandboxId);
+      await (net ? releaseDevice(net.device, sandboxId) : releaseSandboxDevice(sandboxId));
       await deleteNetns(netns ?? netnsName(sandboxId));
       await removeSandboxDir(layout).catch((err: unknown) => log.warn({ err }, "cannot remove a dead sandbox's files"));
       return undefined;

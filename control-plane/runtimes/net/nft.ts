@@ -13,11 +13,11 @@
 //     chain sbx_<id>         only the sandbox's own source address; DNS to the resolvers;
 //                            allow CIDRs accept; deny CIDRs reject (admin-prohibited)
 // IPv6 is off on every sandbox device (and dropped here too): a sandbox has IPv4 only.
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { findExecutable } from "../../host/executables.js";
 import { runCommand } from "../../host/commands.js";
-import { deleteDevice, NET_BASE, withHostLock } from "./addresses.js";
+import { deleteDevice, deviceName, NET_BASE, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "./policy.js";
 
@@ -150,6 +150,16 @@ export async function removePolicy(device: string, sandboxId: string): Promise<v
 export async function releaseDevice(device: string, sandboxId: string): Promise<void> {
   await removePolicy(device, sandboxId);
   await deleteDevice(device);
+}
+
+/**
+ * Releases the host device the sandbox's id names (its veth's host end or
+ * its tap), with its rules, if there is one: for a start the server died in
+ * before it recorded the device.
+ */
+export async function releaseSandboxDevice(sandboxId: string): Promise<void> {
+  const name = deviceName(sandboxId);
+  if (existsSync(`/sys/class/net/${name}`)) await releaseDevice(name, sandboxId);
 }
 
 /**

@@ -13,8 +13,7 @@ import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
 import { tapForPolicy, tapUnsupported } from "./tap.js";
-import { releaseDevice } from "../net/nft.js";
-import { releaseUnrecordedTap } from "../firecracker/network.js";
+import { releaseDevice, releaseSandboxDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
 import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
 import { setting } from "../../settings.js";
@@ -263,5 +262,5 @@ async function stopCutShort(sandboxId: string, layout: VmLayout, log: Logger): P
       log.info({ pid: proc.pid }, `stopped the ${what} of a create cut short by a restart`);
     }
   }
-  await releaseUnrecordedTap(sandboxId);
+  await releaseSandboxDevice(sandboxId);
 }
