@@ -70,14 +70,18 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
     }
   });
   it("a create the server died in (no record of it) is cleaned up at the next start: no sentry, network namespace or veth is left", { timeout: 300_000 }, async () => {
-    const dir = mkdtempSync(join(tmpdir(), "locale2b-gvisor-cut-"));
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-gvisor-cut-"));
     const rt = gvisorRuntime();
     const sandboxId = `icutshort${randomBytes(6).toString("hex")}`;
+    // Where a server puts a sandbox (the runtime keeps its warm-start images beside `sandboxes/`).
+    const dir = join(dataDir, "sandboxes", sandboxId);
     const log = pino({ level: "silent" });
     // With an egress policy the sandbox gets a named network namespace and a veth, which outlive its sentry.
     const withNet = vethUnsupported() === undefined;
     const spec = { sandboxId, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 1024, dir, allowInternetAccess: false, log };
-    const inst = await rt.create(withNet ? { ...spec, egress: { allow: [], deny: [] } } : spec);
+    // A cold start, and no warm-start image built in the background meanwhile: this is about one sandbox's leftovers.
+    const restoreEnv = setEnv({ LOCALE2B_GVISOR_WARM_START: "0" });
+    const inst = await rt.create(withNet ? { ...spec, egress: { allow: [], deny: [] } } : spec).finally(restoreEnv);
     try {
       const p = inst.persisted as unknown as PersistedGvisorInstance;
       expect(isRunning(p.pid, p.startTime)).toBe(true);
@@ -94,7 +98,8 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
       }
     } finally {
       await inst.kill().catch(() => undefined);
-      rmSync(dir, { recursive: true, force: true });
+      await rt.close();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });
