@@ -1,4 +1,4 @@
-import type { SandboxRecord } from "../manager/types.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 /** Metadata key of a sandbox listing the env var names whose values are secret (comma-separated). */
 export const SECRET_ENV_METADATA = "locale2b.secret_env";

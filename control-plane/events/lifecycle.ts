@@ -1,5 +1,5 @@
 import { WORKSPACE_METADATA } from "../workspace/metadata.js";
-import type { LifecycleEvent } from "../manager/types.js";
+import type { LifecycleEvent } from "../domain/sandbox.js";
 import type { NewEvent } from "./types.js";
 
 /** The manager's lifecycle events as sandbox.* events (timed_out is followed by the pause or kill it causes). */

@@ -1,5 +1,5 @@
 import { availableParallelism } from "node:os";
-import { ControlPlaneError } from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
 
 /** How many sandbox starts run at once, and how many more may wait for a turn. */
 export interface AdmissionLimits {

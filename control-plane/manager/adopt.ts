@@ -8,7 +8,7 @@ import type { Instance, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import { isPausedToDisk, pausedDir } from "./fs-pause.js";
 import type { SandboxConnections } from "./sandbox-connections.js";
-import type { SandboxRecord } from "./types.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 export interface AdoptContext {
   runtimes: RuntimeSet;

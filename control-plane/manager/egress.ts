@@ -1,6 +1,8 @@
 import type { Instance, Runtime } from "../runtimes/runtime.js";
-import { resolveEgress, type EgressPolicy, type EgressRules, type SandboxNetwork } from "../runtimes/net/policy.js";
-import { ControlPlaneError, type SandboxRecord } from "./types.js";
+import { resolveEgress } from "../runtimes/net/policy.js";
+import type { EgressPolicy, EgressRules, SandboxNetwork } from "../domain/network.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 export { resolveEgress, type EgressPolicy };
 

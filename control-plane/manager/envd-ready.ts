@@ -4,7 +4,7 @@
 import type { Instance } from "../runtimes/runtime.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import { pushInit } from "./records.js";
-import type { SandboxRecord } from "./types.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 /** Until the instance's envd answers, within its readiness budget; a VM is not dialed before its vsock is set up (Instance.vsockReady). */
 export function waitForEnvd(envd: EnvdClient, id: string, inst: Instance, defaultMs: number): Promise<void> {

@@ -1,5 +1,5 @@
 import { EventEmitter } from "node:events";
-import type { LifecycleEvent, SandboxRecord } from "./types.js";
+import type { LifecycleEvent, SandboxRecord } from "../domain/sandbox.js";
 
 export interface EventFilter {
   sandboxId?: string;

@@ -13,7 +13,8 @@ import type { Instance } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { AgentPool } from "../transport/hybrid-vsock.js";
 import { egressFor } from "./egress.js";
-import { ControlPlaneError, type SandboxRecord } from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 /** The runtimeData of a sandbox paused to disk: no instance runs. */
 const MARK = "pausedToDisk";

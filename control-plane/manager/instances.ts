@@ -1,5 +1,5 @@
 import type { Instance } from "../runtimes/runtime.js";
-import { ControlPlaneError } from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
 
 /** The live instance of each sandbox this server runs, and the runtime it came from. */
 export class InstanceTable {

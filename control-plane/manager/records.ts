@@ -6,7 +6,8 @@ import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import { deriveToken } from "./ids.js";
 import type { ManagerLimits } from "./options.js";
-import { ControlPlaneError, type CreateSandboxInput, type SandboxRecord } from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { CreateSandboxInput, SandboxRecord } from "../domain/sandbox.js";
 import type { WarmShape } from "./warm-pool.js";
 
 /** A new sandbox's record, in state creating. */

@@ -9,7 +9,7 @@ import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { deriveToken, newSandboxId } from "./ids.js";
 import { SnapshotUnusableError } from "../runtimes/errors.js";
-import type { EgressRules } from "../runtimes/net/policy.js";
+import type { EgressRules } from "../domain/network.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
 import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
 import { adoptRecord } from "./adopt.js";
@@ -20,13 +20,8 @@ import { KeyedLock } from "./locks.js";
 import { Timeouts } from "./timeouts.js";
 import { SandboxConnections } from "./sandbox-connections.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
-import {
-  ControlPlaneError,
-  type CreateSandboxInput,
-  type LifecycleEventType,
-  type ListFilter,
-  type SandboxRecord,
-} from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { CreateSandboxInput, LifecycleEventType, ListFilter, SandboxRecord } from "../domain/sandbox.js";
 
 export type { ManagerLimits, ManagerOptions } from "./options.js";
 

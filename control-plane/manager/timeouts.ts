@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import type { Store } from "../store/store.js";
 import type { KeyedLock } from "./locks.js";
 import { checkTimeout } from "./records.js";
-import type { SandboxRecord } from "./types.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 
 const EVERY_MS = 1_000;
 

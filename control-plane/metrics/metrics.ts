@@ -2,7 +2,7 @@
 // create/resume latency, proxied bytes and open proxy streams, lifecycle
 // events, and a few process metrics. Dependency-free; see prometheus.ts.
 import type { LifecycleBus } from "../manager/events.js";
-import type { LifecycleEventType, SandboxState } from "../manager/types.js";
+import type { LifecycleEventType, SandboxState } from "../domain/sandbox.js";
 import type { AdmissionStats } from "../manager/admission.js";
 import { header, Histogram, LabeledCounter, sample } from "./prometheus.js";
 

@@ -1,4 +1,5 @@
-import type { EgressPolicy } from "./net/policy.js";
+import type { EgressPolicy } from "../domain/network.js";
+import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
 import type { Logger } from "pino";
 
 /** What a runtime needs to start one sandbox. */
@@ -22,28 +23,8 @@ export interface InstanceSpec {
   log: Logger;
 }
 
-/**
- * What a snapshot holds: `filesystem`, the sandbox's writable layer (its
- * sandboxes start fresh processes on those files, as E2B's filesystem-only
- * mode); `memory`, that and the running state (processes continue).
- */
-export type SnapshotKind = "filesystem" | "memory";
-
 /** See Instance.pauseConnections. */
 export type PauseConnections = "keep" | "drop" | "quiet";
-
-/** A snapshot on disk, as a runtime reads it back: the directory its instance's snapshot() wrote. */
-export interface SnapshotSource {
-  kind: SnapshotKind;
-  dir: string;
-  /** The runtime that took it (only that runtime can start from it). */
-  runtime: string;
-  /**
-   * The sandbox it was taken from. A memory snapshot's envd still holds that
-   * sandbox's access token until the new sandbox's /init replaces it.
-   */
-  sandboxId?: string;
-}
 
 /**
  * Who a guest restored from another sandbox's memory must become: its kernel

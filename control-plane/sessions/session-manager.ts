@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { Process, type StartRequestSchema } from "../../gen/ts/process/process_pb.js";
 import { SESSION_TAG_PREFIX } from "../events/envd-activity.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import { ControlPlaneError } from "../manager/types.js";
+import { ControlPlaneError } from "../domain/errors.js";
 import type { ActivityDb } from "../store/activity-db.js";
 import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 import { killProcessTree } from "../workspace/exec.js";

@@ -3,7 +3,7 @@
 // `<id>:<tag>` otherwise; a reference (create from it, delete it, filter
 // the list) may be the id or the name, with or without the namespace and
 // the tag (`default` when absent).
-import type { SnapshotRecord } from "./types.js";
+import type { SnapshotRecord } from "../domain/snapshot.js";
 
 /** This server's one team namespace (E2B's team slug). */
 export const SNAPSHOT_NAMESPACE = "local";

@@ -2,8 +2,8 @@
 // opaque cursor, the sort key of the last snapshot handed out, over the
 // store's order (newest first), so a page boundary stays put while
 // snapshots come and go.
-import { ControlPlaneError } from "../manager/types.js";
-import type { SnapshotRecord } from "./types.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { SnapshotRecord } from "../domain/snapshot.js";
 
 type Cursor = [createdAt: number, id: string, tag: string];
 

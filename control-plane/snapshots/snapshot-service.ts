@@ -3,11 +3,13 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { randomId } from "../manager/ids.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import { ControlPlaneError, type CreateSandboxInput, type SandboxRecord } from "../manager/types.js";
-import type { Instance, SnapshotKind, SnapshotSource } from "../runtimes/runtime.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { CreateSandboxInput, SandboxRecord } from "../domain/sandbox.js";
+import type { Instance } from "../runtimes/runtime.js";
+import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_TAG, nameProblem, parseRef, refMatches, snapshotId } from "./names.js";
-import type { SnapshotRecord } from "./types.js";
+import type { SnapshotRecord } from "../domain/snapshot.js";
 
 export interface SnapshotServiceOptions {
   store: Store;

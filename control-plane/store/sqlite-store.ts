@@ -2,8 +2,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import sqlite from "node-sqlite3-wasm";
-import type { ListFilter, SandboxRecord } from "../manager/types.js";
-import type { SnapshotFilter, SnapshotRecord } from "../snapshots/types.js";
+import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
+import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 
 const SCHEMA = [

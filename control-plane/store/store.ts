@@ -1,5 +1,5 @@
-import type { ListFilter, SandboxRecord } from "../manager/types.js";
-import type { SnapshotFilter, SnapshotRecord } from "../snapshots/types.js";
+import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
+import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 
 export interface ApiKeyInfo {
   id: string;

@@ -2,7 +2,8 @@ import type { Logger } from "pino";
 import { SECRET_ENV_METADATA } from "../audit/redact.js";
 import { KeyedLock } from "../manager/locks.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import { ControlPlaneError, type SandboxRecord } from "../manager/types.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
 import type { EnvdTarget } from "../transport/envd-rpc.js";
 import { WORKSPACE_METADATA } from "./metadata.js";
 

@@ -14,7 +14,7 @@ import { ActivityTranslator, commandOf, controlTags, internalTag, watchedEvents 
 import { parseConntrackLine } from "../../control-plane/events/network-watch.js";
 import { EventLog } from "../../control-plane/events/event-log.js";
 import { eventFilter, matchesEvent, parseEventTypes } from "../../control-plane/events/filter.js";
-import type { SandboxRecord } from "../../control-plane/manager/types.js";
+import type { SandboxRecord } from "../../control-plane/domain/sandbox.js";
 import { OutputSpool } from "../../control-plane/sessions/output-spool.js";
 import { incompleteUtf8Tail } from "../../control-plane/sessions/session.js";
 import { ActivityDb } from "../../control-plane/store/activity-db.js";

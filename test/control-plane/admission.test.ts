@@ -3,7 +3,7 @@
 // are refused with `capacity` and a Retry-After.
 import { describe, expect, it } from "vitest";
 import { Admission, defaultAdmissionLimits } from "../../control-plane/manager/admission.js";
-import { ControlPlaneError } from "../../control-plane/manager/types.js";
+import { ControlPlaneError } from "../../control-plane/domain/errors.js";
 import { parseServeArgs } from "../../control-plane/cli/serve-command.js";
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {

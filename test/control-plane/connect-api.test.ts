@@ -15,7 +15,7 @@ import {
 } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
 import { watchEvents } from "../../control-plane/api/connect/watch.js";
 import { LifecycleBus } from "../../control-plane/manager/events.js";
-import type { SandboxRecord } from "../../control-plane/manager/types.js";
+import type { SandboxRecord } from "../../control-plane/domain/sandbox.js";
 import { apiClient, bufCurl, rejection, watch, type Protocol, type SandboxClient } from "../helpers/connect-api.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 

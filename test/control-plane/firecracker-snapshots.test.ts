@@ -18,7 +18,7 @@ import { FirecrackerRuntime } from "../../control-plane/runtimes/firecracker/fir
 import type { FirecrackerInstance } from "../../control-plane/runtimes/firecracker/instance.js";
 import { addresses } from "../../control-plane/runtimes/net/addresses.js";
 import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
-import type { SnapshotSource } from "../../control-plane/runtimes/runtime.js";
+import type { SnapshotSource } from "../../control-plane/domain/snapshot.js";
 import { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
 import { ENVD_PORT } from "../../envd/version.js";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";

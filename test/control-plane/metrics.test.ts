@@ -2,7 +2,7 @@
 // real control plane, where creating a sandbox moves the series.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LifecycleBus } from "../../control-plane/manager/events.js";
-import type { SandboxRecord } from "../../control-plane/manager/types.js";
+import type { SandboxRecord } from "../../control-plane/domain/sandbox.js";
 import { ControlPlaneMetrics } from "../../control-plane/metrics/metrics.js";
 import { processClient } from "../../control-plane/cli/client.js";
 import { apiClient } from "../helpers/connect-api.js";

@@ -1,9 +1,9 @@
 // Snapshot names as E2B resolves them, and the list's page tokens: no server, no sandbox.
 import { describe, expect, it } from "vitest";
-import { ControlPlaneError } from "../../control-plane/manager/types.js";
+import { ControlPlaneError } from "../../control-plane/domain/errors.js";
 import { nameProblem, parseRef, refMatches, snapshotId, snapshotNames } from "../../control-plane/snapshots/names.js";
 import { pageSnapshots } from "../../control-plane/snapshots/paging.js";
-import type { SnapshotRecord } from "../../control-plane/snapshots/types.js";
+import type { SnapshotRecord } from "../../control-plane/domain/snapshot.js";
 
 function snap(over: Partial<SnapshotRecord>): SnapshotRecord {
   return {

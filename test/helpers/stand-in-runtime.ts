@@ -9,7 +9,8 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { startEnvd, type RunningEnvd } from "../../envd/main.js";
 import { SnapshotUnusableError } from "../../control-plane/runtimes/errors.js";
-import type { Instance, InstanceSpec, InstanceStats, PauseConnections, Runtime, SnapshotKind, SnapshotSource } from "../../control-plane/runtimes/runtime.js";
+import type { Instance, InstanceSpec, InstanceStats, PauseConnections, Runtime } from "../../control-plane/runtimes/runtime.js";
+import type { SnapshotKind, SnapshotSource } from "../../control-plane/domain/snapshot.js";
 
 export interface Faults {
   /** The next pause() throws this. */

@@ -9,12 +9,8 @@ import {
   TimeoutAction,
   type SandboxSchema,
 } from "../../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
-import {
-  ControlPlaneError,
-  type LifecycleEventType,
-  type SandboxRecord,
-  type SandboxState as DomainState,
-} from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
+import type { LifecycleEventType, SandboxRecord, SandboxState as DomainState } from "../../domain/sandbox.js";
 import { WORKSPACE_METADATA } from "../../workspace/metadata.js";
 
 const STATES: Record<DomainState, SandboxState> = {

@@ -1,7 +1,7 @@
 // ListSandboxes pages: an opaque cursor (startedAt, id) over the store's
 // order, so a page boundary stays put while sandboxes come and go.
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { SandboxRecord } from "../../manager/types.js";
+import type { SandboxRecord } from "../../domain/sandbox.js";
 
 export const DEFAULT_PAGE_SIZE = 100;
 export const MAX_PAGE_SIZE = 1000;

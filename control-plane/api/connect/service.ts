@@ -9,7 +9,7 @@ import {
   TimeoutAction,
   type CreateSandboxRequest,
 } from "../../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
-import type { CreateSandboxInput } from "../../manager/types.js";
+import type { CreateSandboxInput } from "../../domain/sandbox.js";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";

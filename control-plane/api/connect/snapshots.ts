@@ -14,7 +14,7 @@ import type {
 import { snapshotId, snapshotNames } from "../../snapshots/names.js";
 import { pageSnapshots } from "../../snapshots/paging.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
-import type { SnapshotRecord } from "../../snapshots/types.js";
+import type { SnapshotRecord } from "../../domain/snapshot.js";
 import type { ApiDeps } from "../deps.js";
 import { required, sandboxToProto, toConnectError } from "./convert.js";
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from "./paging.js";

@@ -12,7 +12,7 @@ import type { EventBus } from "../../events/bus.js";
 import { eventFilter, EventFilterError, listValues } from "../../events/filter.js";
 import type { EventType, SandboxEvent } from "../../events/types.js";
 import type { EventFilter, LifecycleBus } from "../../manager/events.js";
-import type { LifecycleEvent, SandboxRecord } from "../../manager/types.js";
+import type { LifecycleEvent, SandboxRecord } from "../../domain/sandbox.js";
 import { eventTypeToProto, sandboxToProto } from "./convert.js";
 
 type Out = MessageInitShape<typeof WatchSandboxEventsResponseSchema>;

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ENVD_PORT } from "../../../envd/version.js";
 import { SANDBOX_ID_RE } from "../../manager/ids.js";
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 import type { ApiDeps } from "../deps.js";
 import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
 import { forwardHttp1 } from "./forward-http1.js";

@@ -1,6 +1,6 @@
 import type { ServerResponse } from "node:http";
 import type { Logger } from "pino";
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 
 /**
  * A request failure with its HTTP status, answered as E2B's `Error` schema:

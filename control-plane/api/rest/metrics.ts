@@ -1,4 +1,4 @@
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 import { HttpError, sendJson } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
 import type { MetricSample } from "../../metrics/history.js";

@@ -3,7 +3,7 @@
 // field into the typed config the manager and the runtimes use. Entries are
 // only checked for type here; what an entry means (CIDR, domain) is the
 // egress policy's business (runtimes/net/policy.ts).
-import type { EgressRules, SandboxNetwork } from "../../runtimes/net/policy.js";
+import type { EgressRules, SandboxNetwork } from "../../domain/network.js";
 import { maskRequestHostProblem } from "../proxy/mask-host.js";
 import { describe, Fields } from "./body.js";
 import { HttpError } from "./errors.js";

@@ -1,5 +1,5 @@
 import { performance } from "node:perf_hooks";
-import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../manager/types.js";
+import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../domain/sandbox.js";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
 import { parseNetworkConfig } from "./network-body.js";

@@ -1,4 +1,4 @@
-import type { SandboxRecord, SandboxState } from "../../manager/types.js";
+import type { SandboxRecord, SandboxState } from "../../domain/sandbox.js";
 import type { InstanceStats } from "../../runtimes/runtime.js";
 
 /** Deprecated in the spec but required by Python's parser; infra answers this constant. */

@@ -2,7 +2,7 @@
 // GET /snapshots (paged by X-Next-Token), DELETE /templates/{id} (how the
 // SDKs delete a snapshot) and POST /sandboxes/{id}/fork; and
 // GET /templates/aliases/{alias} (Template.exists), which snapshot names answer too.
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 import { toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import { pageSnapshots } from "../../snapshots/paging.js";

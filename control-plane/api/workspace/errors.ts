@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ServerResponse } from "node:http";
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 import { HttpError } from "../rest/errors.js";
 
 /**

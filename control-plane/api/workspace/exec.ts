@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { Process } from "../../../gen/ts/process/process_pb.js";
 import { capCommand, controlTags, EXEC_TAG_PREFIX } from "../../events/envd-activity.js";
-import { ControlPlaneError } from "../../manager/types.js";
+import { ControlPlaneError } from "../../domain/errors.js";
 import { execBlocking } from "../../workspace/exec.js";
 import { WORKSPACE_DIR } from "../../workspace/workspace-dir.js";
 import { Fields, readJsonObject } from "../rest/body.js";

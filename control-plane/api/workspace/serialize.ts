@@ -1,4 +1,4 @@
-import type { SandboxRecord } from "../../manager/types.js";
+import type { SandboxRecord } from "../../domain/sandbox.js";
 import { WORKSPACE_DIR } from "../../workspace/workspace-dir.js";
 import { WORKSPACE_METADATA } from "../../workspace/metadata.js";
 import { templateNameOf } from "../../workspace/workspaces.js";

@@ -6,7 +6,7 @@
 import { copyFileSync, existsSync, linkSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SnapshotUnusableError } from "../errors.js";
-import type { SnapshotKind } from "../runtime.js";
+import type { SnapshotKind } from "../../domain/snapshot.js";
 
 export const SNAPSHOT_DISK = "rootfs.ext4";
 export const SNAPSHOT_VMSTATE = "vmstate";

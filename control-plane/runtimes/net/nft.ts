@@ -19,7 +19,7 @@ import { findExecutable } from "../../host/executables.js";
 import { runCommand } from "../../host/commands.js";
 import { deleteDevice, deviceName, NET_BASE, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
-import type { EgressPolicy } from "./policy.js";
+import type { EgressPolicy } from "../../domain/network.js";
 
 const TABLE = "inet locale2b";
 const DEVICES = `"l2b*"`;

@@ -9,7 +9,7 @@ import { runCommand } from "../../host/commands.js";
 import { findExecutable } from "../../host/executables.js";
 import { addresses, deviceName, ipBin, withFreeIndex } from "./addresses.js";
 import { applyPolicy, disableIpv6, missingTools, releaseDevice } from "./nft.js";
-import type { EgressPolicy } from "./policy.js";
+import type { EgressPolicy } from "../../domain/network.js";
 
 /** What a sandbox's network is, kept with the sandbox so it can be torn down after a restart. */
 export interface NetRecord {

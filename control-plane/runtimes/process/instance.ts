@@ -4,7 +4,8 @@ import type { Logger } from "pino";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { logEntries, tailLines } from "../../host/log-tail.js";
 import { DeathWatch } from "../death-watch.js";
-import type { Instance, InstanceStats, SnapshotKind } from "../runtime.js";
+import type { Instance, InstanceStats } from "../runtime.js";
+import type { SnapshotKind } from "../../domain/snapshot.js";
 import { copyImage, snapshotDiskPath, syncSandboxFs } from "./disk-snapshot.js";
 import type { SandboxCgroup } from "./cgroups.js";
 import type { IsolationMode } from "./namespaces.js";
@@ -12,7 +13,7 @@ import { isRunning, pidNamespace, pidsInNamespace, procStat, signalGroup, signal
 import { removeSandboxFs, type SandboxLayout } from "./sandbox-fs.js";
 import { releaseDevice } from "../net/nft.js";
 import { attachVeth, updateVethPolicy, type NetRecord } from "../net/veth.js";
-import type { EgressPolicy } from "../net/policy.js";
+import type { EgressPolicy } from "../../domain/network.js";
 
 /** The launcher exits as the sandbox's init did (128 + n: killed by signal n). */
 function exitReason(code: number | null, signal: NodeJS.Signals | null): string {

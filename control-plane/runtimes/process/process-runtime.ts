@@ -3,7 +3,8 @@ import { closeSync, mkdirSync, chmodSync, openSync, rmSync, writeFileSync } from
 import { cpus } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import type { InstanceSpec, Runtime, SnapshotSource } from "../runtime.js";
+import type { InstanceSpec, Runtime } from "../runtime.js";
+import type { SnapshotSource } from "../../domain/snapshot.js";
 import { copyImage, snapshotDiskPath } from "./disk-snapshot.js";
 import { findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
@@ -21,7 +22,7 @@ import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles 
 import { nameServers } from "../net/dns.js";
 import { releaseDevice } from "../net/nft.js";
 import { attachVeth, isNetRecord, updateVethPolicy, type NetRecord } from "../net/veth.js";
-import type { EgressPolicy } from "../net/policy.js";
+import type { EgressPolicy } from "../../domain/network.js";
 import { setting } from "../../settings.js";
 
 /** PATH for envd and, through it, every process in a user-namespace sandbox. */

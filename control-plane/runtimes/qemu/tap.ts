@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import type { Logger } from "pino";
-import type { EgressPolicy } from "../net/policy.js";
+import type { EgressPolicy } from "../../domain/network.js";
 import { applyPolicy, missingTools, releaseDevice } from "../net/nft.js";
 import { nameServers } from "../net/dns.js";
 import { createTap } from "../firecracker/network.js";

@@ -1,4 +1,24 @@
-import type { SnapshotKind } from "../runtimes/runtime.js";
+// Snapshots: what one holds, where a runtime reads it back, and the record the store keeps.
+
+/**
+ * What a snapshot holds: `filesystem`, the sandbox's writable layer (its
+ * sandboxes start fresh processes on those files, as E2B's filesystem-only
+ * mode); `memory`, that and the running state (processes continue).
+ */
+export type SnapshotKind = "filesystem" | "memory";
+
+/** A snapshot on disk, as a runtime reads it back: the directory its instance's snapshot() wrote. */
+export interface SnapshotSource {
+  kind: SnapshotKind;
+  dir: string;
+  /** The runtime that took it (only that runtime can start from it). */
+  runtime: string;
+  /**
+   * The sandbox it was taken from. A memory snapshot's envd still holds that
+   * sandbox's access token until the new sandbox's /init replaces it.
+   */
+  sandboxId?: string;
+}
 
 /**
  * One snapshot as the store keeps it. E2B models a snapshot as a template

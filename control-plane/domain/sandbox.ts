@@ -1,5 +1,5 @@
-import type { SandboxNetwork } from "../runtimes/net/policy.js";
-import type { SnapshotSource } from "../runtimes/runtime.js";
+import type { SandboxNetwork } from "./network.js";
+import type { SnapshotSource } from "./snapshot.js";
 
 /**
  * The control plane's domain: a sandbox record as the store keeps it and the
@@ -78,17 +78,4 @@ export interface ListFilter {
   metadata?: Record<string, string>;
   templateId?: string;
   startedAfter?: number;
-}
-
-/** A failure every API surface maps to its own shape (HTTP status, Connect code). */
-export class ControlPlaneError extends Error {
-  constructor(
-    readonly kind: "not_found" | "conflict" | "invalid" | "capacity" | "unavailable" | "unauthenticated" | "internal",
-    message: string,
-    /** For `capacity`: seconds after which a retry may succeed. */
-    readonly retryAfterSeconds?: number,
-  ) {
-    super(message);
-    this.name = "ControlPlaneError";
-  }
 }
