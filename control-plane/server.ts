@@ -24,15 +24,15 @@ import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
 import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js";
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
 import { defaultAdmissionLimits, type AdmissionLimits } from "./manager/admission.js";
-import { ProcessRuntime } from "./runtimes/process/process-runtime.js";
 import type { Runtime } from "./runtimes/runtime.js";
 import { RuntimeSet } from "./runtimes/runtime-set.js";
+import { createRuntime, DEFAULT_RUNTIME } from "./runtimes/registry.js";
 import { TemplateCatalog } from "./images/catalog.js";
 import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
 import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
-import { AgentPool } from "./transport/hybrid-vsock.js";
+import { Transport } from "./transport/transport.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -115,23 +115,23 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   if (opts.apiKey) store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
   else if (store.listApiKeys().length === 0) createdApiKey = store.createApiKey("default").key;
 
-  const runtime = opts.runtime ?? new ProcessRuntime();
+  const runtime = opts.runtime ?? (await createRuntime(DEFAULT_RUNTIME));
   const notes = await runtime.check();
   const catalog = new TemplateCatalog(opts.imagesDir ?? imagesDir());
   const runtimes = new RuntimeSet(runtime, {
     create: opts.createRuntime,
     templateRuntime: opts.templateRuntime ?? ((id) => catalog.runtimeOf(id)),
   });
-  const pool = new AgentPool();
-  const envdRpc = new EnvdRpc(pool);
+  const transport = new Transport();
+  const envdRpc = new EnvdRpc();
   // Built once the manager runs; the manager's quiesce hook reaches it.
   let activity: Activity | undefined;
   const manager = new SandboxManager({
     store,
     runtime,
     runtimes,
-    pool,
-    envd: new EnvdClient(pool),
+    transport,
+    envd: new EnvdClient(),
     dataDir: opts.dataDir,
     seed: tokenSeed(store),
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
@@ -141,11 +141,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
-    prepare: async (sandboxId, socketPath, token, dir, guest) => {
-      if (guest) await applyGuestIdentity(envdRpc, { sandboxId, socketPath, token }, guest, log.child({ sandboxId }));
-      await prepareWorkspaceDir(envdRpc, { sandboxId, socketPath, token }, dir, "user", log.child({ sandboxId }));
+    prepare: async (target, dir, guest) => {
+      const sandboxLog = log.child({ sandboxId: target.endpoint.sandboxId });
+      if (guest) await applyGuestIdentity(envdRpc, target, guest, sandboxLog);
+      await prepareWorkspaceDir(envdRpc, target, dir, "user", sandboxLog);
       // No token yet: a warm sandbox, made ahead of any create (a create's own sandbox is not kept waiting for this).
-      if (token === "") await warmUpEnvd(envdRpc, { sandboxId, socketPath, token }, log);
+      if (target.token === "") await warmUpEnvd(envdRpc, target, log);
     },
     log,
   });
@@ -160,7 +161,6 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     manager,
     snapshots,
     store,
-    pool,
     metrics,
     log,
     domain: domain.replace(/:\d+$/, ""),
@@ -175,7 +175,6 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const workspace = createWorkspaceApi({
     manager,
     store,
-    pool,
     rpc: envdRpc,
     ...activity,
     settings: { ...DEFAULT_WORKSPACE, ...opts.workspace },
@@ -236,7 +235,6 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       const closed = listener.close();
       server.close();
       await closed;
-      proxy.close();
       await activity.close();
       await manager.close();
       metrics.close();

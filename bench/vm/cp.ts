@@ -6,6 +6,7 @@ import { pino } from "pino";
 import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
 import type { Runtime } from "../../control-plane/runtimes/runtime.js";
 import { startControlPlane, type RunningControlPlane } from "../../control-plane/server.js";
+import type { LocalEndpoint } from "../../control-plane/transport/local-endpoint.js";
 import { onCleanup } from "../lib/cleanup.js";
 import { ENVD_PORT, killSandboxesSync, request, type SandboxHandle } from "../lib/control-plane.js";
 import { processTable, sandboxPids } from "../lib/procmem.js";
@@ -79,7 +80,8 @@ export async function startInProcessControlPlane(runtime: Runtime): Promise<InPr
       if (res.status !== 201) throw new Error(`POST /v2/sandboxes answered ${res.status}: ${res.body.slice(0, 500)}`);
       const body = JSON.parse(res.body) as { sandboxID: string; envdAccessToken: string };
       live.add(body.sandboxID);
-      const { socketPath } = await cp.manager.endpoint(body.sandboxID);
+      // The benchmark dials envd's socket itself (a direct baseline beside the proxy): this server's endpoints are local.
+      const { socketPath } = (await cp.manager.endpoint(body.sandboxID)).endpoint as LocalEndpoint;
       return {
         id: body.sandboxID,
         token: body.envdAccessToken,

@@ -6,7 +6,6 @@ import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
 import type { SnapshotService } from "../snapshots/snapshot-service.js";
-import type { AgentPool } from "../transport/hybrid-vsock.js";
 
 /** What the API surfaces (REST, Connect, envd proxy) are built from. */
 export interface ApiDeps {
@@ -14,7 +13,6 @@ export interface ApiDeps {
   /** Snapshots and fork (absent: the API refuses them). */
   snapshots?: SnapshotService;
   store: Store;
-  pool: AgentPool;
   metrics: ControlPlaneMetrics;
   log: Logger;
   /** Sandbox domain: hosts `<port>-<sandboxId>.<domain>` are routed to sandboxes (a `:port` in it is ignored for routing). */

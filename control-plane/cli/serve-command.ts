@@ -3,7 +3,7 @@
 import { startControlPlane, DEFAULT_LIMITS, type RunningControlPlane } from "../server.js";
 import { imagesDir } from "../images/layout.js";
 import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../config.js";
-import { createRuntime, isRuntimeName, RUNTIME_NAMES, type RuntimeName } from "../runtimes/select.js";
+import { createRuntime, DEFAULT_RUNTIME, findRuntime, RUNTIMES, runtimeNamed, runtimeNames } from "../runtimes/registry.js";
 import type { ActivitySettings } from "../activity.js";
 import type { WorkspaceSettings } from "../api/workspace/deps.js";
 import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
@@ -40,16 +40,13 @@ Options:
       --warm-pool N          sandboxes kept started ahead of time for creates of the
                              default shape (base template, default vCPUs and memory,
                              internet on): such a create only hands one over
-                             (default: $LOCALE2B_WARM_POOL, else 2 on the process
-                             runtime and 0 on the VM runtimes, where each costs a VM)
+                             (default: $LOCALE2B_WARM_POOL, else the runtime's own:
+${RUNTIMES.map((r) => `                             ${r.warmPoolDefault} on ${r.name}`).join("\n")})
       --domain NAME          route <port>-<sandboxId>.NAME hosts to sandboxes
                              (default localhost)
-      --runtime NAME         sandbox runtime: process (default; host processes in
-                             namespaces), gvisor (runsc sandboxes: a user-space
-                             kernel; needs root and runsc), qemu (QEMU microVMs;
-                             KVM or emulation) or firecracker (Firecracker
-                             microVMs; needs hardware KVM).
-                             Default: $LOCALE2B_RUNTIME, else process. 'locale2b doctor'
+      --runtime NAME         sandbox runtime, one of:
+${RUNTIMES.map((r) => `                               ${r.name}: ${r.help}`).join("\n")}
+                             Default: $LOCALE2B_RUNTIME, else ${DEFAULT_RUNTIME}. 'locale2b doctor'
                              says what a host has; scripts/setup-host installs it
       --audit-retention-days N     keep audit entries N days (default 30;
                                    $LOCALE2B_AUDIT_RETENTION_DAYS)
@@ -87,7 +84,7 @@ export interface ServeOptions {
   memoryBudgetMB?: number;
   domain?: string;
   apiKey?: string;
-  runtime: RuntimeName;
+  runtime: string;
   warmPool: number;
   activity: Partial<ActivitySettings>;
   workspace: Partial<WorkspaceSettings>;
@@ -120,9 +117,9 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     },
   });
   if (values.help) return "help";
-  const runtime = values.runtime || setting("LOCALE2B_RUNTIME", env) || "process";
-  if (!isRuntimeName(runtime)) {
-    throw new UsageError(`unknown runtime '${runtime}' (known: ${RUNTIME_NAMES.join(", ")})`, "serve");
+  const runtime = values.runtime || setting("LOCALE2B_RUNTIME", env) || DEFAULT_RUNTIME;
+  if (!findRuntime(runtime)) {
+    throw new UsageError(`unknown runtime '${runtime}' (known: ${runtimeNames().join(", ")})`, "serve");
   }
   const apiKey = setting("LOCALE2B_API_KEY", env)?.trim() || undefined;
   if (apiKey && !API_KEY_RE.test(apiKey)) {
@@ -139,7 +136,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     runtime,
     maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? setting("LOCALE2B_MAX_CONCURRENT_CREATES", env), "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
     createQueue: intOption(values["create-queue"] ?? setting("LOCALE2B_CREATE_QUEUE", env), "--create-queue", "serve", { min: 0, max: 100_000 }),
-    warmPool: intOption(values["warm-pool"] ?? setting("LOCALE2B_WARM_POOL", env), "--warm-pool", "serve", { min: 0, max: 64 }) ?? (runtime === "process" ? 2 : 0),
+    warmPool: intOption(values["warm-pool"] ?? setting("LOCALE2B_WARM_POOL", env), "--warm-pool", "serve", { min: 0, max: 64 }) ?? runtimeNamed(runtime).warmPoolDefault,
     ...activityOptions(values, env),
   };
 }
@@ -206,13 +203,7 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
   if (opts.host === "0.0.0.0" || opts.host === "::") {
     lines.push(`Listening on every interface: from other machines use this host's address instead of ${url}.`);
   }
-  const kinds: Record<string, string> = {
-    process: "sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots)",
-    gvisor: "sandboxes are gVisor (runsc) sandboxes: a user-space kernel between their code and the host's (pause writes them to disk and frees their memory: runsc checkpoint)",
-    qemu: "sandboxes are QEMU microVMs (pause keeps them in memory)",
-    firecracker: "sandboxes are Firecracker microVMs (pause snapshots them to disk)",
-  };
-  lines.push("", `Runtime '${cp.runtime.name}': ${kinds[cp.runtime.name] ?? "sandboxes"}.`);
+  lines.push("", `Runtime '${cp.runtime.name}': ${findRuntime(cp.runtime.name)?.banner ?? "sandboxes"}.`);
   for (const note of cp.notes) lines.push(`  - ${note}`);
   lines.push("", "Metrics: GET /metrics. Logs: stderr. Stop with Ctrl-C (sandboxes keep running).", "");
   return lines.join("\n");
@@ -247,19 +238,19 @@ export async function runServeCommand(args: string[]): Promise<number> {
   let cp: RunningControlPlane;
   try {
     const images = imagesDir();
-    const runtime = await createRuntime(opts.runtime, { imagesDir: images });
+    const descriptor = runtimeNamed(opts.runtime);
+    const runtime = await descriptor.create({ imagesDir: images });
     // Say what to install before spending minutes on an image the runtime could not run.
-    if (opts.runtime === "gvisor") await runtime.check();
-    // As root the process and gvisor runtimes run every sandbox on the base image: build it on first use.
-    if ((opts.runtime === "process" || opts.runtime === "gvisor") && process.getuid?.() === 0 && setting("LOCALE2B_NO_IMAGE_BUILD") !== "1") {
+    await runtime.check();
+    // As root, runtimes that run every sandbox on the base image's root directory get it built on first use.
+    if (descriptor.baseImageAtStart && process.getuid?.() === 0 && setting("LOCALE2B_NO_IMAGE_BUILD") !== "1") {
       const { ensureBaseTemplate } = await import("../images/first-use.js");
       await ensureBaseTemplate(images).catch((err: Error) => {
         throw new CliError(err.message, 2);
       });
     }
     // A template may name its own runtime (`runtime:` in its definition): started on first use.
-    const other = (name: string) =>
-      isRuntimeName(name) ? createRuntime(name, { imagesDir: images }) : Promise.reject(new Error(`unknown runtime '${name}'`));
+    const other = (name: string) => createRuntime(name, { imagesDir: images });
     cp = await startControlPlane({
       host: opts.host,
       port: opts.port,

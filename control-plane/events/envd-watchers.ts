@@ -116,9 +116,9 @@ export class EnvdActivityWatchers {
     const cursor = this.cursor(id);
     let backoff = 100;
     while (!signal.aborted) {
-      const target = this.o.manager.runningSocket(id);
+      const target = this.o.manager.runningEndpoint(id);
       if (!target) return; // paused or gone: a resume starts a new watch
-      const client = this.o.rpc.client(ActivityService, { sandboxId: id, socketPath: target.socketPath, token: target.sandbox.envdAccessToken });
+      const client = this.o.rpc.client(ActivityService, { endpoint: target.endpoint, token: target.sandbox.envdAccessToken });
       try {
         for await (const msg of client.watchActivity({ streamId: cursor.streamId, afterSeq: BigInt(cursor.seq) }, { signal })) {
           backoff = 100;
@@ -146,7 +146,7 @@ export class EnvdActivityWatchers {
           log.info("this sandbox's envd has no activity service (an older image): no exec/file events from it");
           return;
         }
-        if (!this.o.manager.runningSocket(id)) return;
+        if (!this.o.manager.runningEndpoint(id)) return;
         log.debug({ err: ce.message }, "activity watch interrupted: reconnecting");
       }
       await new Promise((r) => setTimeout(r, backoff));

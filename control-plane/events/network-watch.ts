@@ -83,7 +83,7 @@ export class NetworkWatch {
 
   private async publish(req: NetworkRequest): Promise<void> {
     const sandboxId = await this.ownerOf(req.source);
-    if (!sandboxId) return;
+    if (!sandboxId || this.closed) return;
     this.o.bus.publish({
       event_type: "network.request",
       sandbox_id: sandboxId,
@@ -96,7 +96,7 @@ export class NetworkWatch {
   /** The running sandbox whose device's guest address is `address`. */
   private async ownerOf(address: string): Promise<string | undefined> {
     const known = this.owners.get(address);
-    if (known && this.o.manager.runningSocket(known)) return known;
+    if (known && this.o.manager.runningEndpoint(known)) return known;
     if ((this.misses.get(address) ?? 0) > Date.now()) return undefined;
     this.refreshing ??= this.refresh().finally(() => (this.refreshing = undefined));
     await this.refreshing;
@@ -114,6 +114,8 @@ export class NetworkWatch {
       this.o.log.debug({ err }, "listing the host's addresses failed");
       return;
     }
+    // The server stopped while `ip` ran: its store is closed.
+    if (this.closed) return;
     const running = this.o.manager.list({ states: ["running"] }).map((r) => r.id);
     const owners = new Map<string, string>();
     for (const line of out.split("\n")) {

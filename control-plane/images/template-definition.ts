@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { basename, dirname, extname, isAbsolute, join, posix, resolve } from "node:path";
 import { parseDocument } from "yaml";
 import { packageRoot } from "../runtimes/paths.js";
+import { runtimeNames } from "../runtimes/registry.js";
 import { GUEST } from "./layout.js";
 import { setting } from "../settings.js";
 
@@ -43,12 +44,9 @@ export interface TemplateDefinition {
   diskSizeMB: number;
   /** The sandbox user (uid/gid GUEST.uid, home /home/<user>, shell /bin/bash). */
   user: string;
-  /** The runtime sandboxes of this template run on by default (else the server's --runtime). */
-  runtime?: (typeof TEMPLATE_RUNTIMES)[number];
+  /** The runtime sandboxes of this template run on by default (else the server's --runtime); one of runtimes/registry.ts. */
+  runtime?: string;
 }
-
-/** Runtimes a template may ask for (control-plane/runtimes/select.ts). */
-export const TEMPLATE_RUNTIMES = ["process", "gvisor", "qemu", "firecracker"] as const;
 
 export class DefinitionError extends Error {
   constructor(message: string) {
@@ -173,7 +171,7 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
   const user = obj.user === undefined ? GUEST.user : str("user", obj.user, USER_RE, "a user name (lowercase letters, digits, '_', '-')");
   if (user === "root") fail("user", "a user other than root (the sandbox user is unprivileged)", user);
   const runtime = obj.runtime === undefined ? undefined : str("runtime", obj.runtime);
-  if (runtime !== undefined && !(TEMPLATE_RUNTIMES as readonly string[]).includes(runtime)) fail("runtime", `one of ${TEMPLATE_RUNTIMES.join(", ")}`, runtime);
+  if (runtime !== undefined && !runtimeNames().includes(runtime)) fail("runtime", `one of ${runtimeNames().join(", ")}`, runtime);
 
   return {
     name,

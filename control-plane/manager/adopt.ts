@@ -7,15 +7,16 @@ import type { Logger } from "pino";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import { isPausedToDisk, pausedDir } from "./fs-pause.js";
-import type { SandboxConnections } from "./sandbox-connections.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
+import type { Endpoint } from "../transport/endpoint.js";
 
 export interface AdoptContext {
   runtimes: RuntimeSet;
   /** The server's default runtime (records from before runtimes were recorded). */
   runtime: Runtime;
   dataDir: string;
-  connections: SandboxConnections;
+  /** The instance's endpoint (its pause policy acts on a sandbox found paused). */
+  endpoint(id: string, inst: Instance): Endpoint;
   log: Logger;
   dir(id: string): string;
   track(id: string, inst: Instance, runtime: string): void;
@@ -51,7 +52,7 @@ export async function adoptRecord(c: AdoptContext, rec: SandboxRecord): Promise<
   if (rec.state === "pausing") await inst.pause();
   if (rec.state === "resuming") await inst.resume();
   const state = rec.state === "pausing" || rec.state === "paused" ? "paused" : "running";
-  if (state === "paused") c.connections.adoptedPaused(rec.id, inst);
+  if (state === "paused") c.endpoint(rec.id, inst).adoptedPaused();
   c.save({ ...rec, state });
   log.info({ state }, "sandbox re-adopted");
 }

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Instance } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
-import type { AgentPool } from "../transport/hybrid-vsock.js";
+import type { Transport } from "../transport/transport.js";
 import { egressFor } from "./egress.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
@@ -27,7 +27,7 @@ export function isPausedToDisk(rec: SandboxRecord | undefined): boolean {
 export interface FsPauseDeps {
   dataDir: string;
   runtimes: RuntimeSet;
-  pool: AgentPool;
+  transport: Transport;
   log: Logger;
   /** The sandbox's own directory. */
   dir(id: string): string;
@@ -64,9 +64,9 @@ export async function pauseToDisk(d: FsPauseDeps, rec: SandboxRecord, inst: Inst
     rmSync(tmp, { recursive: true, force: true });
     throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}' to disk: ${(err as Error).message}`);
   }
-  d.pool.drop(rec.id);
+  d.transport.get(rec.id)?.drop();
   await inst.kill();
-  d.pool.forget(rec.id);
+  d.transport.forget(rec.id);
   d.log.info({ sandboxId: rec.id }, "sandbox paused to disk (filesystem only)");
   return { [MARK]: true };
 }

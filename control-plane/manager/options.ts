@@ -5,7 +5,8 @@ import type { GuestIdentity, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
-import type { AgentPool } from "../transport/hybrid-vsock.js";
+import type { EnvdTarget } from "../transport/envd-rpc.js";
+import type { Transport } from "../transport/transport.js";
 import type { AdmissionLimits } from "./admission.js";
 
 export interface ManagerLimits {
@@ -23,7 +24,8 @@ export interface ManagerOptions {
   runtime: Runtime;
   /** All runtimes, when templates may pick theirs (default: only `runtime`). */
   runtimes?: RuntimeSet;
-  pool: AgentPool;
+  /** How sandboxes' envds are reached: one endpoint per sandbox. */
+  transport: Transport;
   envd: EnvdClient;
   dataDir: string;
   /** Secret the per-sandbox envd and traffic tokens are derived from. */
@@ -45,7 +47,7 @@ export interface ManagerOptions {
    * memory that must be renamed and re-addressed first; throws only when
    * that fails (the create fails then).
    */
-  prepare?: (sandboxId: string, socketPath: string, token: string, dir: string, guest?: GuestIdentity) => Promise<void>;
+  prepare?: (target: EnvdTarget, dir: string, guest?: GuestIdentity) => Promise<void>;
   /**
    * Before a sandbox whose vsock must stay quiet while paused (qemu) is
    * paused: close the control plane's own long-lived streams to it (activity

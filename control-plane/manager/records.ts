@@ -4,6 +4,7 @@ import { ENVD_VERSION } from "../../envd/version.js";
 import type { Instance } from "../runtimes/runtime.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
+import type { Endpoint } from "../transport/endpoint.js";
 import { deriveToken } from "./ids.js";
 import type { ManagerLimits } from "./options.js";
 import { ControlPlaneError } from "../domain/errors.js";
@@ -75,8 +76,8 @@ export function checkCapacity(store: Store, limits: ManagerLimits, memoryMB: num
  * start and resume). `currentToken`: the token envd holds now, when it is not
  * this sandbox's (a memory snapshot's envd holds its source sandbox's).
  */
-export async function pushInit(envd: EnvdClient, rec: SandboxRecord, inst: Instance, currentToken = rec.envdAccessToken): Promise<void> {
-  const res = await envd.request(rec.id, inst.socketPath, {
+export async function pushInit(envd: EnvdClient, rec: SandboxRecord, endpoint: Endpoint, inst: Instance, currentToken = rec.envdAccessToken): Promise<void> {
+  const res = await envd.request(endpoint, {
     method: "POST",
     path: "/init",
     headers: { "x-access-token": currentToken },

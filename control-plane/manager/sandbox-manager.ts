@@ -18,10 +18,10 @@ import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
 import { Timeouts } from "./timeouts.js";
-import { SandboxConnections } from "./sandbox-connections.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { CreateSandboxInput, LifecycleEventType, ListFilter, SandboxRecord } from "../domain/sandbox.js";
+import type { Endpoint } from "../transport/endpoint.js";
 
 export type { ManagerLimits, ManagerOptions } from "./options.js";
 
@@ -41,12 +41,10 @@ export class SandboxManager {
   private readonly timeouts: Timeouts;
   private closed = false;
   private readonly fs: FsPauseDeps;
-  readonly connections: SandboxConnections; // the host's connections per sandbox, as its runtime's pause policy wants
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
-    this.connections = new SandboxConnections(o.pool, o.log, o.quiesce);
     this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
     this.timeouts = new Timeouts({ ...o, locks: this.locks, maxSeconds: o.limits.maxTimeoutSeconds, get: (id) => this.get(id), expire: (rec) => this.expire(rec) });
     if (o.warmPool) {
@@ -57,7 +55,7 @@ export class SandboxManager {
         dir: (id) => this.dir(id),
         waitReady: async (id, inst) => {
           await this.waitReady(id, inst);
-          await this.o.prepare?.(id, inst.socketPath, "", this.dir(id));
+          await this.o.prepare?.({ endpoint: this.endpointOf(id, inst), token: "" }, this.dir(id));
         },
         admit: (start) => this.admission.run(start, { background: true }),
         log: o.log.child({ component: "warm-pool" }),
@@ -66,7 +64,30 @@ export class SandboxManager {
   }
 
   private waitReady(id: string, inst: Instance): Promise<void> {
-    return waitForEnvd(this.o.envd, id, inst, this.o.readyTimeoutMs);
+    return waitForEnvd(this.o.envd, this.endpointOf(id, inst), inst, this.o.readyTimeoutMs);
+  }
+
+  /** How the control plane reaches an instance's envd: the only place an instance's socket is read. */
+  private endpointOf(id: string, inst: Instance): Endpoint {
+    return this.o.transport.local(id, inst.socketPath, inst.pauseConnections);
+  }
+
+  /** Before a `quiet` pause: the control plane's own streams to the sandbox close (they reopen on its resume). */
+  private async closeOwnStreams(id: string): Promise<void> {
+    await this.o.quiesce?.(id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: id }, "closing streams before a pause failed"));
+  }
+
+  /** The control plane stops with a sandbox paused and connections open to it (Endpoint.closeWhilePaused). */
+  private async closeWhilePaused(id: string): Promise<void> {
+    const inst = this.instances.get(id);
+    if (!inst) return;
+    try {
+      if (await this.endpointOf(id, inst).closeWhilePaused(inst)) {
+        this.o.log.info({ sandboxId: id }, "closed a paused VM's open connections while it ran for a moment");
+      }
+    } catch (err) {
+      this.o.log.warn({ err, sandboxId: id }, "closing a paused VM's connections before the control plane stops failed");
+    }
   }
 
   get runtimeName(): string { return this.o.runtime.name; }
@@ -93,14 +114,14 @@ export class SandboxManager {
     this.timeouts.stop();
     await this.warm?.close();
     await this.runtimes.close();
-    for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.connections.closeWhilePaused(rec.id, this.instances.get(rec.id)));
+    for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
     for (const inst of this.instances.all()) inst.detach?.();
-    this.o.pool.destroy();
+    this.o.transport.destroy();
   }
 
   private adopt(rec: SandboxRecord): Promise<void> {
     return adoptRecord(
-      { ...this.o, runtimes: this.runtimes, connections: this.connections, dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
+      { ...this.o, runtimes: this.runtimes, endpoint: (id, inst) => this.endpointOf(id, inst), dir: (id) => this.dir(id), track: (id, inst, rt) => this.track(id, inst, rt), markDead: (r, why) => this.markDead(r, why), save: (r) => this.save(r) },
       rec,
     );
   }
@@ -129,7 +150,7 @@ export class SandboxManager {
         const rec = this.o.store.getSandbox(id);
         if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
         this.instances.take(id);
-        this.o.pool.forget(id);
+        this.o.transport.forget(id);
         this.markDead(rec, `died: ${reason}`);
         this.o.log.warn({ sandboxId: id, reason }, "sandbox died");
         // Nothing of a dead sandbox stays on disk (its runtime released the rest).
@@ -194,15 +215,16 @@ export class SandboxManager {
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         const from = input.fromSnapshot;
-        await pushInit(this.o.envd, rec, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
-        await this.o.prepare?.(id, inst.socketPath, rec.envdAccessToken, dir, inst.restoredGuest);
+        const endpoint = this.endpointOf(id, inst);
+        await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
+        await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
         log.error({ err, console: consoleTail }, "sandbox creation failed");
-        this.o.pool.drop(id);
+        this.o.transport.get(id)?.drop();
         await inst?.kill().catch(() => undefined);
-        this.o.pool.forget(id);
+        this.o.transport.forget(id);
         this.o.store.deleteSandbox(id);
         rmSync(dir, { recursive: true, force: true });
         const tail = consoleTail.length ? `; last console lines: ${consoleTail.slice(-3).join(" | ")}` : "";
@@ -221,11 +243,11 @@ export class SandboxManager {
         checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         warm.inst.foreground?.();
-        await pushInit(this.o.envd, rec, warm.inst);
+        await pushInit(this.o.envd, rec, this.endpointOf(warm.id, warm.inst), warm.inst);
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
-        this.o.pool.forget(warm.id);
+        this.o.transport.forget(warm.id);
         await this.warm!.discard(warm);
         throw err;
       }
@@ -268,11 +290,12 @@ export class SandboxManager {
       this.instances.take(rec.id);
       return this.paused(rec, runtimeData);
     }
-    await this.connections.beforePause(rec.id, inst);
+    const endpoint = this.endpointOf(rec.id, inst);
+    await endpoint.beforePause(() => this.closeOwnStreams(rec.id));
     try {
       await inst.pause();
     } catch (err) {
-      this.connections.pauseFailed(rec.id);
+      endpoint.pauseFailed();
       this.save(rec);
       throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
     }
@@ -333,8 +356,9 @@ export class SandboxManager {
     try {
       if (inst) await inst.resume();
       else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
-      this.connections.afterResume(rec.id, inst);
-      await initResumed(this.o.envd, rec, inst, this.o.readyTimeoutMs);
+      const endpoint = this.endpointOf(rec.id, inst);
+      endpoint.afterResume();
+      await initResumed(this.o.envd, rec, endpoint, inst, this.o.readyTimeoutMs);
     } catch (err) {
       // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
       if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);
@@ -359,9 +383,9 @@ export class SandboxManager {
     // Taken first: from here on its traffic is answered "not found", as after the kill (isGone), so a
     // client whose stream ended because envd died first is not told the sandbox is merely unreachable.
     const inst = this.instances.take(rec.id);
-    this.o.pool.drop(rec.id);
+    this.o.transport.get(rec.id)?.drop();
     await inst?.kill();
-    this.o.pool.forget(rec.id);
+    this.o.transport.forget(rec.id);
     rmSync(this.dir(rec.id), { recursive: true, force: true });
     forgetPausedFiles(this.o.dataDir, rec.id);
     const dead = this.save({ ...rec, state: "killed", endReason: reason, endAt: Date.now() });
@@ -400,7 +424,7 @@ export class SandboxManager {
    * Where the proxy sends a running sandbox's traffic. A paused sandbox with
    * autoResume is resumed first; otherwise `unavailable` (not running).
    */
-  async endpoint(id: string): Promise<{ sandbox: SandboxRecord; socketPath: string }> {
+  async endpoint(id: string): Promise<{ sandbox: SandboxRecord; endpoint: Endpoint }> {
     let rec = this.get(id);
     if (this.beingKilled(rec)) throw new ControlPlaneError("not_found", `sandbox '${id}' is being killed`);
     // Traffic never cold-boots a sandbox paused to disk (E2B: an explicit connect or resume only).
@@ -412,7 +436,7 @@ export class SandboxManager {
     if (rec.state !== "running") {
       throw new ControlPlaneError("unavailable", `sandbox '${id}' is ${rec.state}, not running: connect to it to resume it`);
     }
-    return { sandbox: rec, socketPath: this.instance(rec).socketPath };
+    return { sandbox: rec, endpoint: this.endpointOf(id, this.instance(rec)) };
   }
 
   /** Does the sandbox have a live instance (none once a kill or its death has begun; none while paused to disk)? No store read. */
@@ -431,12 +455,17 @@ export class SandboxManager {
     return rec.state === "running" && !this.instances.get(rec.id);
   }
 
-  /** The socket of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
-  runningSocket(id: string): { sandbox: SandboxRecord; socketPath: string } | undefined {
+  /** The endpoint of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
+  runningEndpoint(id: string): { sandbox: SandboxRecord; endpoint: Endpoint } | undefined {
     const rec = this.o.store.getSandbox(id);
     const inst = this.instances.get(id);
     if (!rec || rec.state !== "running" || !inst) return undefined;
-    return { sandbox: rec, socketPath: inst.socketPath };
+    return { sandbox: rec, endpoint: this.endpointOf(id, inst) };
+  }
+
+  /** A memory snapshot closed the sandbox's connections (gVisor's checkpoint): pooled ones are dead. */
+  dropConnections(id: string): void {
+    this.o.transport.get(id)?.drop();
   }
 
   async stats(id: string) {

@@ -17,10 +17,10 @@ import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 export async function warmUpEnvd(rpc: EnvdRpc, target: EnvdTarget, log: Logger): Promise<void> {
   try {
     const client = rpc.client(Process, target, undefined, true);
-    for await (const _ of client.start({ process: { cmd: "/bin/bash", args: ["-l", "-c", "true"] }, tag: internalTag(target.sandboxId, "warm-up"), stdin: false }, { timeoutMs: 15_000 })) {
+    for await (const _ of client.start({ process: { cmd: "/bin/bash", args: ["-l", "-c", "true"] }, tag: internalTag(target.endpoint.sandboxId, "warm-up"), stdin: false }, { timeoutMs: 15_000 })) {
       // drain: start, end
     }
   } catch (err) {
-    log.warn({ err, sandboxId: target.sandboxId }, "warming up a warm sandbox's envd failed (its first command will be slower)");
+    log.warn({ err, sandboxId: target.endpoint.sandboxId }, "warming up a warm sandbox's envd failed (its first command will be slower)");
   }
 }

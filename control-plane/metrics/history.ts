@@ -98,13 +98,13 @@ export class MetricsHistory {
 
   /** A sample of one running sandbox, recorded; undefined when it is not running. */
   async sampleOne(id: string): Promise<MetricSample | undefined> {
-    const target = this.o.manager.runningSocket(id);
+    const target = this.o.manager.runningEndpoint(id);
     if (!target) return undefined;
     try {
       const [{ stats }, counters] = await Promise.all([
         this.o.manager.stats(id),
         this.o.rpc
-          .client(ActivityService, { sandboxId: id, socketPath: target.socketPath, token: target.sandbox.envdAccessToken })
+          .client(ActivityService, { endpoint: target.endpoint, token: target.sandbox.envdAccessToken })
           .getCounters({}, { timeoutMs: 5_000 })
           .catch(() => undefined),
       ]);

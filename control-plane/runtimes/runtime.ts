@@ -1,5 +1,6 @@
 import type { EgressPolicy } from "../domain/network.js";
 import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
+import type { PausePolicy } from "../transport/endpoint.js";
 import type { Logger } from "pino";
 
 /** What a runtime needs to start one sandbox. */
@@ -22,9 +23,6 @@ export interface InstanceSpec {
   background?: boolean;
   log: Logger;
 }
-
-/** See Instance.pauseConnections. */
-export type PauseConnections = "keep" | "drop" | "quiet";
 
 /**
  * Who a guest restored from another sandbox's memory must become: its kernel
@@ -67,9 +65,9 @@ export interface Instance {
    * they are dropped before it and after the resume; `quiet`, the VM's vsock
    * must see no host traffic while paused (qemu with vhost-device-vsock), so
    * every write, dial and close waits for the resume. The manager acts on it
-   * (manager/sandbox-connections.ts).
+   * (the sandbox's Endpoint, transport/endpoint.ts).
    */
-  readonly pauseConnections?: PauseConnections;
+  readonly pauseConnections?: PausePolicy;
   /** Set on an instance restored from another sandbox's memory snapshot whose guest must be renamed and re-addressed. */
   readonly restoredGuest?: GuestIdentity;
   /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */

@@ -315,8 +315,8 @@ export class SessionManager {
   }
 
   private target(sandboxId: string): EnvdTarget | undefined {
-    const t = this.o.manager.runningSocket(sandboxId);
-    return t ? { sandboxId, socketPath: t.socketPath, token: t.sandbox.envdAccessToken } : undefined;
+    const t = this.o.manager.runningEndpoint(sandboxId);
+    return t ? { endpoint: t.endpoint, token: t.sandbox.envdAccessToken } : undefined;
   }
 
   /** A session, or not_found (for the sandbox when it does not exist, else for the session). */
@@ -389,7 +389,7 @@ export class SessionManager {
     if (!s.rec.running || s.rec.pid === undefined) return;
     s.killRequested = true;
     if (!s.attached) this.attach(s, undefined, true);
-    await killProcessTree(this.o.rpc.client(Process, target), target.sandboxId, s.rec.pid);
+    await killProcessTree(this.o.rpc.client(Process, target), target.endpoint.sandboxId, s.rec.pid);
     const deadline = Date.now() + waitMs;
     while (s.rec.running && Date.now() < deadline) await s.waitForChange(deadline - Date.now());
   }

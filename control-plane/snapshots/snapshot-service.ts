@@ -6,6 +6,7 @@ import type { SandboxManager } from "../manager/sandbox-manager.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { CreateSandboxInput, SandboxRecord } from "../domain/sandbox.js";
 import type { Instance } from "../runtimes/runtime.js";
+import { findRuntime } from "../runtimes/registry.js";
 import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_TAG, nameProblem, parseRef, refMatches, snapshotId } from "./names.js";
@@ -107,8 +108,7 @@ export class SnapshotService {
       mkdirSync(tmp, { recursive: true, mode: 0o700 });
       try {
         await inst.snapshot!(tmp, { kind, paused: rec.state === "paused" }).finally(() => {
-          // A memory snapshot closes the sandbox's connections (gvisor's checkpoint): pooled ones are dead.
-          if (kind === "memory") this.o.manager.connections.drop(sandboxId);
+          if (kind === "memory") this.o.manager.dropConnections(sandboxId);
         });
         renameSync(tmp, this.dir(build));
       } catch (err) {
@@ -266,7 +266,7 @@ function chooseKind(rec: SandboxRecord, inst: Instance, memory: boolean | undefi
   if (kinds.length === 0) {
     throw new ControlPlaneError(
       "invalid",
-      `sandbox '${rec.id}' runs on the ${rec.runtime} runtime, which cannot take snapshots here (filesystem snapshots need the process runtime as root, or qemu)`,
+      `sandbox '${rec.id}' runs on the ${rec.runtime} runtime, which cannot take snapshots here (${findRuntime(rec.runtime)?.snapshotsHint ?? "its runtime takes none"})`,
     );
   }
   const kind: SnapshotKind = memory === false ? "filesystem" : memory === true ? "memory" : kinds.includes("memory") ? "memory" : "filesystem";

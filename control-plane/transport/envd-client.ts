@@ -1,6 +1,6 @@
 import http from "node:http";
 import { ENVD_PORT } from "../../envd/version.js";
-import type { AgentPool } from "./hybrid-vsock.js";
+import type { Endpoint } from "./endpoint.js";
 
 export interface EnvdResponse {
   status: number;
@@ -14,18 +14,16 @@ export interface EnvdResponse {
  * Not for user traffic: that goes through the proxy, streamed.
  */
 export class EnvdClient {
-  constructor(private readonly pool: AgentPool) {}
-
   request(
-    sandboxId: string,
-    socketPath: string,
+    endpoint: Endpoint,
     opts: { method: string; path: string; headers?: Record<string, string>; body?: unknown; timeoutMs?: number },
   ): Promise<EnvdResponse> {
+    const sandboxId = endpoint.sandboxId;
     const payload = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
     return new Promise((resolve, reject) => {
       const req = http.request(
         {
-          agent: this.pool.control(sandboxId, socketPath, ENVD_PORT),
+          agent: endpoint.control(),
           method: opts.method,
           path: opts.path,
           headers: {
@@ -50,13 +48,13 @@ export class EnvdClient {
 
   /** Polls GET /health until 204 or the deadline. */
   async waitReady(
-    sandboxId: string,
-    socketPath: string,
+    endpoint: Endpoint,
     timeoutMs: number,
     isAlive: () => Promise<boolean>,
     /** False while the sandbox must not be dialed yet (Instance.vsockReady). */
     canDial: () => boolean = () => true,
   ): Promise<void> {
+    const sandboxId = endpoint.sandboxId;
     const deadline = Date.now() + timeoutMs;
     let last = "no answer yet";
     // A connect to a socket that is not there yet fails in microseconds: poll
@@ -71,7 +69,7 @@ export class EnvdClient {
       }
       const delay = Date.now() - start < 1_000 ? 3 : 50;
       try {
-        const res = await this.request(sandboxId, socketPath, { method: "GET", path: "/health", timeoutMs: 2_000 });
+        const res = await this.request(endpoint, { method: "GET", path: "/health", timeoutMs: 2_000 });
         if (res.status === 204) return;
         last = `GET /health answered ${res.status}`;
       } catch (err) {

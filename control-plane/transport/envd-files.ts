@@ -1,7 +1,6 @@
 import http from "node:http";
 import { ENVD_PORT } from "../../envd/version.js";
 import type { EnvdTarget } from "./envd-rpc.js";
-import type { AgentPool } from "./hybrid-vsock.js";
 
 /**
  * A streamed request to a sandbox's envd `/files` endpoint (download with
@@ -11,17 +10,16 @@ import type { AgentPool } from "./hybrid-vsock.js";
  * whole.
  */
 export function envdFilesRequest(
-  pool: AgentPool,
   target: EnvdTarget,
   o: { method: "GET" | "POST"; path: string; username: string; headers?: http.OutgoingHttpHeaders },
 ): http.ClientRequest {
   const query = new URLSearchParams({ path: o.path, username: o.username });
   return http.request({
-    agent: pool.get(target.sandboxId, target.socketPath, ENVD_PORT),
+    agent: target.endpoint.agent(),
     method: o.method,
     path: `/files?${query}`,
     headers: {
-      host: `${ENVD_PORT}-${target.sandboxId}`,
+      host: `${ENVD_PORT}-${target.endpoint.sandboxId}`,
       "x-access-token": target.token,
       ...(o.method === "POST" ? { "content-type": "application/octet-stream" } : {}),
       ...o.headers,

@@ -2,12 +2,11 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { ENVD_PORT } from "../../envd/version.js";
-import type { AgentPool } from "./hybrid-vsock.js";
+import type { Endpoint } from "./endpoint.js";
 
-/** Where one sandbox's envd is, and the token it wants. */
+/** One sandbox's envd, and the token it wants. */
 export interface EnvdTarget {
-  sandboxId: string;
-  socketPath: string;
+  endpoint: Endpoint;
   token: string;
 }
 
@@ -19,8 +18,6 @@ export interface EnvdTarget {
  * `user` is the Basic-auth user envd acts as (default: envd's default user).
  */
 export class EnvdRpc {
-  constructor(private readonly pool: AgentPool) {}
-
   client<S extends DescService>(service: S, target: EnvdTarget, user?: string, json = false): Client<S> {
     const headers: [string, string][] = target.token ? [["x-access-token", target.token]] : [];
     if (user) headers.push(["authorization", `Basic ${Buffer.from(`${user}:`).toString("base64")}`]);
@@ -28,15 +25,15 @@ export class EnvdRpc {
       for (const [k, v] of headers) req.header.set(k, v);
       return next(req);
     };
-    // A transport per call: the pool hands out a new agent after a sandbox's connections were dropped.
+    // A transport per call: the endpoint hands out a new agent after the sandbox's connections were dropped.
     const transport = createConnectTransport({
-      baseUrl: `http://${ENVD_PORT}-${target.sandboxId}`,
+      baseUrl: `http://${ENVD_PORT}-${target.endpoint.sandboxId}`,
       httpVersion: "1.1",
       useBinaryFormat: !json,
       acceptCompression: [],
       sendCompression: undefined,
       interceptors: [addHeaders],
-      nodeOptions: { agent: this.pool.get(target.sandboxId, target.socketPath, ENVD_PORT) },
+      nodeOptions: { agent: target.endpoint.agent() },
     });
     return createClient(service, transport);
   }

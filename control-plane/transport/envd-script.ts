@@ -19,7 +19,7 @@ export async function runScript(
   let code = -1;
   let stderr = "";
   for await (const res of client.start(
-    { process: { cmd: "/bin/sh", args: ["-c", script, `locale2b-${what}`, ...args] }, tag: internalTag(target.sandboxId, what), stdin: false },
+    { process: { cmd: "/bin/sh", args: ["-c", script, `locale2b-${what}`, ...args] }, tag: internalTag(target.endpoint.sandboxId, what), stdin: false },
     { timeoutMs: 15_000 },
   )) {
     const e = res.event?.event;

@@ -65,9 +65,9 @@ export async function prepareWorkspaceDir(rpc: EnvdRpc, target: EnvdTarget, sand
       r = await runScript(rpc, target, "root", "workspace", SCRIPT, args);
     }
     if (r.code !== 0) {
-      log.warn({ sandboxId: target.sandboxId, code: r.code, stderr: r.stderr }, `no ${WORKSPACE_DIR} in this sandbox: ${REASONS[r.code] ?? "making it failed"}`);
+      log.warn({ sandboxId: target.endpoint.sandboxId, code: r.code, stderr: r.stderr }, `no ${WORKSPACE_DIR} in this sandbox: ${REASONS[r.code] ?? "making it failed"}`);
     }
   } catch (err) {
-    log.warn({ sandboxId: target.sandboxId, err: (err as Error).message }, `no ${WORKSPACE_DIR} in this sandbox`);
+    log.warn({ sandboxId: target.endpoint.sandboxId, err: (err as Error).message }, `no ${WORKSPACE_DIR} in this sandbox`);
   }
 }

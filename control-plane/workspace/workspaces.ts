@@ -4,6 +4,7 @@ import { KeyedLock } from "../manager/locks.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
+import type { Endpoint } from "../transport/endpoint.js";
 import type { EnvdTarget } from "../transport/envd-rpc.js";
 import { WORKSPACE_METADATA } from "./metadata.js";
 
@@ -52,7 +53,7 @@ export function templateNameOf(rec: SandboxRecord): string {
 export class Workspaces {
   private readonly locks = new KeyedLock();
   /** Routes of running sandboxes, so a busy harness does not read the store per call (as the proxy's EndpointCache). */
-  private readonly endpoints = new Map<string, { sandbox: SandboxRecord; socketPath: string; expires: number }>();
+  private readonly endpoints = new Map<string, { sandbox: SandboxRecord; endpoint: Endpoint; expires: number }>();
   private generation = 0;
 
   constructor(
@@ -136,9 +137,9 @@ export class Workspaces {
       // A lifecycle event during the lookup may have made it stale: use it, do not keep it.
       if (this.generation === gen) this.endpoints.set(id, routed);
     }
-    const { sandbox, socketPath } = routed;
+    const { sandbox, endpoint } = routed;
     this.touch(sandbox);
-    return { sandbox, target: { sandboxId: sandbox.id, socketPath, token: sandbox.envdAccessToken } };
+    return { sandbox, target: { endpoint, token: sandbox.envdAccessToken } };
   }
 
   /** Pushes a workspace sandbox's idle timeout back, at most every half timeout. */

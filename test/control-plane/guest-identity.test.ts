@@ -9,7 +9,7 @@ import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { applyGuestIdentity, identityArgs } from "../../control-plane/runtimes/guest-identity.js";
 import { EnvdRpc } from "../../control-plane/transport/envd-rpc.js";
-import { create, isRoot, pool, useProcessRuntime } from "../helpers/process-runtime.js";
+import { create, isRoot, useProcessRuntime } from "../helpers/process-runtime.js";
 
 useProcessRuntime(import.meta.url);
 
@@ -28,8 +28,8 @@ describe("guest identity after a memory restore", () => {
   it.skipIf(!isRoot)(`in a process-runtime sandbox root cannot rename it: a clear error, the host untouched${isRoot ? "" : " [skipped: needs root]"}`, async () => {
     const s = await create({ allowInternetAccess: true });
     const hostBefore = hostname();
-    const rpc = new EnvdRpc(pool);
-    const target = { sandboxId: s.id, socketPath: s.inst.socketPath, token: s.token };
+    const rpc = new EnvdRpc();
+    const target = { endpoint: s.endpoint, token: s.token };
     const log = pino({ level: "silent" });
     await expect(applyGuestIdentity(rpc, target, { hostname: "renamed0fork1" }, log)).rejects.toThrow(/the hostname cannot be set/);
     expect(await s.sh("hostname")).toBe(s.id);

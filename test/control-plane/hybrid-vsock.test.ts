@@ -4,7 +4,9 @@ import http from "node:http";
 import net from "node:net";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AgentPool, dialHybridVsock, DialError } from "../../control-plane/transport/hybrid-vsock.js";
+import { dialHybridVsock, DialError } from "../../control-plane/transport/hybrid-vsock.js";
+import { LocalEndpoint } from "../../control-plane/transport/local-endpoint.js";
+import { Transport } from "../../control-plane/transport/transport.js";
 import { EnvdClient } from "../../control-plane/transport/envd-client.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startTestEnvd, type TestEnvd } from "../helpers/envd.js";
@@ -59,8 +61,8 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
   });
 
   it("the control plane's own requests (/health, /init) never queue behind user streams holding every pooled connection", async () => {
-    const pool = new AgentPool();
-    const agent = pool.get("sbx", sock, 49983);
+    const ep = new LocalEndpoint("sbx", sock);
+    const agent = ep.agent();
     agent.maxSockets = 2; // the proxy's pool, full (its requests, like the control plane's, name no host: one origin)
     const client = createClient(Process, createConnectTransport({ baseUrl: "http://localhost", httpVersion: "1.1", nodeOptions: { agent } }));
     const ctl = new AbortController();
@@ -71,15 +73,15 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
     });
     await Promise.all(streams);
     expect(Object.values(agent.sockets).flat().length).toBe(2);
-    const health = await new EnvdClient(pool).request("sbx", sock, { method: "GET", path: "/health", timeoutMs: 5_000 });
+    const health = await new EnvdClient().request(ep, { method: "GET", path: "/health", timeoutMs: 5_000 });
     expect(health.status).toBe(204);
     ctl.abort();
-    pool.destroy();
+    ep.close();
   });
 
   it("pools keep-alive connections and carries Connect streams", async () => {
-    const pool = new AgentPool();
-    const agent = pool.get("sbx", sock, 49983);
+    const ep = new LocalEndpoint("sbx", sock);
+    const agent = ep.agent();
     expect((await get(agent, "/health")).status).toBe(204);
     expect((await get(agent, "/health")).status).toBe(204);
     const free = Object.values(agent.freeSockets).flat().length;
@@ -92,11 +94,11 @@ describe("hybrid vsock transport (against envd's unix+vsock listener)", () => {
     const r = await collect(client.start(sh("echo through-vsock")));
     expect(r.stdout).toBe("through-vsock\n");
     const pooled = Object.values(agent.freeSockets).flat();
-    pool.drop("sbx");
+    ep.drop();
     await new Promise((r) => setTimeout(r, 50));
     expect(pooled.every((s) => s?.destroyed)).toBe(true);
-    expect(pool.get("sbx", sock, 49983)).not.toBe(agent); // a fresh agent after the drop
-    pool.destroy();
+    expect(ep.agent()).not.toBe(agent); // a fresh agent after the drop
+    ep.close();
   });
 });
 
@@ -105,14 +107,14 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
 
   it("holds writes, ends and new dials while held, and lets them through in order once released", async () => {
     const srv = await recorder();
-    const pool = new AgentPool();
-    const gate = pool.gate("sbx");
+    const ep = new LocalEndpoint("sbx", srv.path);
+    const gate = ep.gate;
     const s = await dialHybridVsock(srv.path, 49983, 5_000, gate);
     s.write("one;");
     await tick();
     expect(srv.seen.join("")).toBe("one;");
 
-    pool.hold("sbx");
+    ep.gate.hold();
     s.write("two;");
     s.end();
     const dialing = dialHybridVsock(srv.path, 49983, 5_000, gate);
@@ -120,42 +122,43 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
     expect(srv.seen.join("")).toBe("one;"); // nothing written, not ended
     expect(srv.dials()).toBe(1); // no new connection either
 
-    pool.release("sbx");
+    ep.gate.release();
     const second = await dialing;
     await tick();
     expect(srv.seen.join("")).toBe("one;two;<end>");
     expect(srv.dials()).toBe(2);
     second.destroy();
-    pool.destroy();
+    ep.close();
     srv.close();
   });
 
   it("defers destroy while held; forget() (the sandbox is gone) lets everything go", async () => {
     const srv = await recorder();
-    const pool = new AgentPool();
-    const s = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
-    pool.hold("sbx");
+    const ep = new LocalEndpoint("sbx", srv.path);
+    const s = await dialHybridVsock(srv.path, 49983, 5_000, ep.gate);
+    ep.gate.hold();
     s.destroy();
     await tick(200);
     expect(s.destroyed).toBe(false);
-    pool.forget("sbx");
+    ep.close();
     await tick();
     expect(s.destroyed).toBe(true);
-    pool.destroy();
+    ep.close();
     srv.close();
   });
   it("a control-plane stop with the VM still stopped: waiting dials fail, deferred writes and closes never reach it", async () => {
     const srv = await recorder();
-    const pool = new AgentPool();
-    const s = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
-    pool.hold("sbx");
+    const transport = new Transport();
+    const ep = transport.local("sbx", srv.path) as LocalEndpoint;
+    const s = await dialHybridVsock(srv.path, 49983, 5_000, ep.gate);
+    ep.gate.hold();
     s.write("held;");
     s.destroy();
-    const dialing = dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx")).then(
+    const dialing = dialHybridVsock(srv.path, 49983, 5_000, ep.gate).then(
       () => "dialed",
       (err: Error) => err.message,
     );
-    pool.destroy();
+    transport.destroy();
     expect(await dialing).toMatch(/stopped \(paused\).*shutting down/);
     await tick(200);
     expect(srv.seen).toEqual([]); // nothing written, no end
@@ -166,26 +169,26 @@ describe("vsock gate (what keeps a paused QEMU VM's vsock quiet)", () => {
 
   it("destroyLive closes every open connection at once, held or not, and counts them", async () => {
     const srv = await recorder();
-    const pool = new AgentPool();
-    const a = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
-    const b = await dialHybridVsock(srv.path, 49983, 5_000, pool.gate("sbx"));
-    expect(pool.liveCount("sbx")).toBe(2);
+    const ep = new LocalEndpoint("sbx", srv.path);
+    const a = await dialHybridVsock(srv.path, 49983, 5_000, ep.gate);
+    const b = await dialHybridVsock(srv.path, 49983, 5_000, ep.gate);
+    expect(ep.liveCount).toBe(2);
     b.destroy();
     await tick();
-    expect(pool.liveCount("sbx")).toBe(1);
-    pool.hold("sbx");
-    await pool.destroyLive("sbx");
+    expect(ep.liveCount).toBe(1);
+    ep.gate.hold();
+    await ep.gate.destroyLive();
     expect(a.destroyed).toBe(true);
-    expect(pool.liveCount("sbx")).toBe(0);
-    pool.destroy();
+    expect(ep.liveCount).toBe(0);
+    ep.close();
     srv.close();
   });
 });
 
-describe("AgentPool.closeIdle (before a QEMU VM is stopped)", () => {
+describe("LocalEndpoint.closeIdle (before a QEMU VM is stopped)", () => {
   it("closes the sandbox's idle keep-alive connections and leaves in-flight ones alone", async () => {
-    const pool = new AgentPool();
-    const agent = pool.get("sbx", sock, 49983);
+    const ep = new LocalEndpoint("sbx", sock);
+    const agent = ep.agent();
     // In flight: a request whose body is still being sent (as a long stream would be).
     const inflight = http.request({ agent, method: "POST", path: "/envs", headers: { host: "envd", "content-type": "application/json" } });
     inflight.on("error", () => undefined);
@@ -196,10 +199,10 @@ describe("AgentPool.closeIdle (before a QEMU VM is stopped)", () => {
     const idle = Object.values(agent.freeSockets).flat();
     expect(idle).toHaveLength(1);
     expect(idle[0]).not.toBe(inflight.socket);
-    pool.closeIdle("sbx");
+    ep.closeIdle();
     expect(idle[0]!.destroyed).toBe(true);
     expect(inflight.socket?.destroyed ?? false).toBe(false);
     inflight.destroy();
-    pool.destroy();
+    ep.close();
   });
 });

@@ -22,7 +22,6 @@ import {
   log,
   MiB,
   newId,
-  pool,
   ROOT,
   runtime,
   sleep,
@@ -155,7 +154,7 @@ describe.skipIf(!isRoot)("process runtime (needs root: skipped when not root)", 
     await sleep(400);
     expect(counter()).toBe(c1);
     // envd is frozen too: a request does not complete.
-    await expect(envd.request(s.id, s.inst.socketPath, { method: "GET", path: "/health", timeoutMs: 300 })).rejects.toThrow(/in time/);
+    await expect(envd.request(s.endpoint, { method: "GET", path: "/health", timeoutMs: 300 })).rejects.toThrow(/in time/);
     expect(await s.inst.alive()).toBe(true);
 
     await s.inst.resume();
@@ -194,7 +193,7 @@ describe.skipIf(!isRoot)("process runtime (needs root: skipped when not root)", 
     const adoptedA = await restarted.adopt(a.id, a.dir, persistedA, log);
     expect(adoptedA).toBeDefined();
     expect(adoptedA!.defaultUser).toBe("user");
-    pool.drop(a.id);
+    a.endpoint.drop();
     const a2 = await attach(a.id, a.dir, adoptedA!, false);
     a2.token = a.token;
     expect(await a2.sh("cat ~/note && whoami")).toBe("before\nuser");
@@ -202,9 +201,9 @@ describe.skipIf(!isRoot)("process runtime (needs root: skipped when not root)", 
     const adoptedB = await restarted.adopt(b.id, b.dir, persistedB, log);
     expect(adoptedB).toBeDefined();
     if (adoptedB!.cgroup?.canFreeze) expect(adoptedB!.cgroup.frozen()).toBe(true);
-    await expect(envd.request(b.id, b.inst.socketPath, { method: "GET", path: "/health", timeoutMs: 300 })).rejects.toThrow();
+    await expect(envd.request(b.endpoint, { method: "GET", path: "/health", timeoutMs: 300 })).rejects.toThrow();
     await adoptedB!.resume();
-    pool.drop(b.id);
+    b.endpoint.drop();
     const b2 = await attach(b.id, b.dir, adoptedB!, false);
     b2.token = b.token;
     expect(await b2.sh("whoami")).toBe("user");

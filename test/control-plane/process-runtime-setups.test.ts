@@ -148,7 +148,7 @@ import { existsSync, mkdirSync, readFileSync } from "node:fs";
 const [root, data, commandsJson] = process.argv.slice(2);
 const commands = JSON.parse(commandsJson);
 const { ProcessRuntime } = await import(root + "/dist/control-plane/runtimes/process/process-runtime.js");
-const { AgentPool } = await import(root + "/dist/control-plane/transport/hybrid-vsock.js");
+const { LocalEndpoint } = await import(root + "/dist/control-plane/transport/local-endpoint.js");
 const { EnvdClient } = await import(root + "/dist/control-plane/transport/envd-client.js");
 const { Process } = await import(root + "/dist/gen/ts/process/process_pb.js");
 const quiet = { debug() {}, info() {}, warn() {}, error() {}, child() { return quiet; } };
@@ -162,13 +162,13 @@ if (caps.mode !== "none") {
   const dir = data + "/sandboxes/" + id;
   mkdirSync(dir, { recursive: true });
   const inst = await rt.create({ sandboxId: id, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 1024, dir, allowInternetAccess: true, log: quiet });
-  const pool = new AgentPool();
-  const envd = new EnvdClient(pool);
+  const endpoint = new LocalEndpoint(id, inst.socketPath);
+  const envd = new EnvdClient();
   try {
-    await envd.waitReady(id, inst.socketPath, 30000, () => inst.alive());
-    const init = await envd.request(id, inst.socketPath, { method: "POST", path: "/init", body: { defaultUser: inst.defaultUser, defaultWorkdir: inst.defaultWorkdir } });
+    await envd.waitReady(endpoint, 30000, () => inst.alive());
+    const init = await envd.request(endpoint, { method: "POST", path: "/init", body: { defaultUser: inst.defaultUser, defaultWorkdir: inst.defaultWorkdir } });
     if (init.status !== 204) throw new Error("init answered " + init.status);
-    const client = createClient(Process, createConnectTransport({ baseUrl: "http://envd", httpVersion: "1.1", nodeOptions: { agent: pool.get(id, inst.socketPath, 49983) } }));
+    const client = createClient(Process, createConnectTransport({ baseUrl: "http://envd", httpVersion: "1.1", nodeOptions: { agent: endpoint.agent() } }));
     const sh = async (cmd) => {
       let stdout = "";
       for await (const res of client.start({ process: { cmd: "/bin/sh", args: ["-c", cmd] } })) {
@@ -194,7 +194,7 @@ if (caps.mode !== "none") {
     report.counterResumed = counter() > c1;
   } finally {
     await inst.kill();
-    pool.destroy();
+    endpoint.close();
   }
   report.afterKillAlive = await inst.alive();
 }

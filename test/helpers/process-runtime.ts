@@ -15,7 +15,8 @@ import { ProcessInstance } from "../../control-plane/runtimes/process/instance.j
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { cmdline } from "../../control-plane/runtimes/process/procfs.js";
 import { EnvdClient } from "../../control-plane/transport/envd-client.js";
-import { AgentPool } from "../../control-plane/transport/hybrid-vsock.js";
+import type { Endpoint } from "../../control-plane/transport/endpoint.js";
+import { Transport } from "../../control-plane/transport/transport.js";
 import { ENVD_PORT } from "../../envd/version.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { run } from "./process.js";
@@ -52,6 +53,8 @@ export interface Sandbox {
   id: string;
   dir: string;
   inst: ProcessInstance;
+  /** How the test reaches its envd (as the manager would). */
+  endpoint: Endpoint;
   client: Client<typeof Process>;
   token: string;
   /** Runs `sh -c command` (as `user` unless `as` says otherwise) and returns trimmed stdout. */
@@ -59,8 +62,8 @@ export interface Sandbox {
   exit(command: string, as?: string): Promise<{ code: number; stdout: string; stderr: string }>;
 }
 
-export const pool = new AgentPool();
-export const envd = new EnvdClient(pool);
+export const transport = new Transport();
+export const envd = new EnvdClient();
 export let dataDir = "";
 export const runtime = new ProcessRuntime();
 const live: Sandbox[] = [];
@@ -78,17 +81,18 @@ function headersFor(token: string, as?: string): Record<string, string> {
 
 /** Wraps an instance the way the manager uses it: wait for /health, POST /init, then Connect clients. */
 export async function attach(id: string, dir: string, inst: ProcessInstance, init = true): Promise<Sandbox> {
-  await envd.waitReady(id, inst.socketPath, 30_000, () => inst.alive());
+  const endpoint = transport.local(id, inst.socketPath);
+  await envd.waitReady(endpoint, 30_000, () => inst.alive());
   const token = `tok-${id}`;
   if (init) {
-    const res = await envd.request(id, inst.socketPath, {
+    const res = await envd.request(endpoint, {
       method: "POST",
       path: "/init",
       body: { accessToken: token, defaultUser: inst.defaultUser, defaultWorkdir: inst.defaultWorkdir },
     });
     expect(res.status).toBe(204);
   }
-  const agent = pool.get(id, inst.socketPath, ENVD_PORT);
+  const agent = endpoint.agent();
   const client = createClient(Process, createConnectTransport({ baseUrl: "http://envd", httpVersion: "1.1", nodeOptions: { agent } }));
   const exit = async (command: string, as?: string) => {
     const r = await run(client, command, {}, headersFor(token, as));
@@ -98,6 +102,7 @@ export async function attach(id: string, dir: string, inst: ProcessInstance, ini
     id,
     dir,
     inst,
+    endpoint,
     client,
     token,
     exit,
@@ -170,7 +175,7 @@ export function useProcessRuntime(fileUrl: string): void {
 
   afterAll(async () => {
     for (const s of live) await s.inst.kill().catch(() => undefined);
-    pool.destroy();
+    transport.destroy();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 }

@@ -9,7 +9,8 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { startEnvd, type RunningEnvd } from "../../envd/main.js";
 import { SnapshotUnusableError } from "../../control-plane/runtimes/errors.js";
-import type { Instance, InstanceSpec, InstanceStats, PauseConnections, Runtime } from "../../control-plane/runtimes/runtime.js";
+import type { Instance, InstanceSpec, InstanceStats, Runtime } from "../../control-plane/runtimes/runtime.js";
+import type { PausePolicy } from "../../control-plane/transport/endpoint.js";
 import type { SnapshotKind, SnapshotSource } from "../../control-plane/domain/snapshot.js";
 
 export interface Faults {
@@ -36,7 +37,7 @@ export class StandInInstance implements Instance {
     readonly sandboxId: string,
     private envd: RunningEnvd,
     private readonly faults: Faults,
-    readonly pauseConnections: PauseConnections | undefined,
+    readonly pauseConnections: PausePolicy | undefined,
   ) {
     this.socketPath = envd.addresses[0]!.replace(/^unix\+vsock:\/\//, "");
     this.persisted = { standIn: sandboxId };
@@ -110,7 +111,7 @@ export class StandInRuntime implements Runtime {
   readonly instances = new Map<string, StandInInstance>();
   readonly faults: Faults = {};
 
-  constructor(private readonly pauseConnections?: PauseConnections) {}
+  constructor(private readonly pauseConnections?: PausePolicy) {}
 
   async check(): Promise<string[]> {
     return ["stand-in runtime (tests): no isolation"];

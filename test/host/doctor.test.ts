@@ -4,19 +4,23 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { accelFor, hostChecks, type HostCheck } from "../../control-plane/host/checks.js";
+import { hostChecks } from "../../control-plane/cli/doctor-command.js";
+import { accelFor } from "../../control-plane/host/accel.js";
+import type { HostCheck } from "../../control-plane/host/checks.js";
+import { runtimeNames } from "../../control-plane/runtimes/registry.js";
 import { runCli } from "../helpers/cli.js";
 
+// Each runtime's own checks (runtimes/<name>/checks.ts, in the registry's order), then the images'.
 const NAMES = [
+  "runsc",
   "qemu-system-x86_64",
   "qemu-img",
   "vhost-device-vsock",
   "acceleration",
+  "firecracker",
   "debootstrap",
   "mkfs.ext4",
   "gcc",
-  "firecracker",
-  "runsc",
   "guest kernel",
   "template base",
   "nft",
@@ -61,7 +65,7 @@ describe("locale2b doctor", () => {
     expect(out.checks.map((c) => c.name)).toEqual(NAMES);
     for (const c of out.checks) {
       expect(typeof c.ok).toBe("boolean");
-      expect(["qemu", "firecracker", "images", "optional"]).toContain(c.required);
+      expect([...runtimeNames(), "images", "optional"]).toContain(c.required);
       expect(c.detail.length).toBeGreaterThan(0);
       if (!c.ok && c.required !== "optional") expect(c.fix).toBeTruthy();
     }
@@ -75,6 +79,24 @@ describe("locale2b doctor", () => {
     expect(r.stdout).toMatch(/^MISSING\s+qemu-system-x86_64\s+LOCALE2B_QEMU=\/nonexistent\/qemu-system-x86_64 is not an executable file\s+.*apt-get install -y qemu-system-x86/m);
     expect(r.stdout).toMatch(/^MISSING\s+vhost-device-vsock\s+.*setup-host/m);
     expect(r.stdout).toMatch(/qemu runtime: not ready, missing qemu-system-x86_64, vhost-device-vsock/);
+  });
+
+  it("--runtime NAME: the exit status follows that runtime's own checks; an unknown name is a usage error", async () => {
+    const noRunsc = { LOCALE2B_RUNSC: "/nonexistent/runsc" };
+    const gvisor = await runCli(["doctor", "--runtime", "gvisor", "--json"], noRunsc);
+    const out = JSON.parse(gvisor.stdout) as { ok: boolean; runtime: string; checks: HostCheck[] };
+    expect(out).toMatchObject({ ok: false, runtime: "gvisor" });
+    expect(out.checks.find((c) => c.name === "runsc")).toMatchObject({ ok: false, required: "gvisor" });
+    expect(gvisor.code).toBe(1);
+    const text = await runCli(["doctor", "--runtime", "gvisor"], noRunsc);
+    expect(text.stdout).toMatch(/^MISSING\s+runsc\s+LOCALE2B_RUNSC=\/nonexistent\/runsc is not an executable file/m);
+    // The process runtime needs none of the VM tools: a missing QEMU does not fail it.
+    const proc = await runCli(["doctor", "--runtime", "process"], { LOCALE2B_QEMU: "/nonexistent/qemu-system-x86_64", ...noRunsc });
+    expect(proc.code).toBe(0);
+    expect(proc.stdout).toMatch(/^n\/a\s+qemu-system-x86_64/m);
+    const bad = await runCli(["doctor", "--runtime", "bogus"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/unknown runtime 'bogus' \(known: process, gvisor, qemu, firecracker\)/);
   });
 
   it("--help and bad options", async () => {

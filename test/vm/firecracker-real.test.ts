@@ -18,7 +18,8 @@ import { findFirecracker, probeKvm } from "../../control-plane/runtimes/firecrac
 import type { FirecrackerInstance } from "../../control-plane/runtimes/firecracker/instance.js";
 import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { EnvdClient } from "../../control-plane/transport/envd-client.js";
-import { AgentPool, HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
+import { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js";
+import { Transport } from "../../control-plane/transport/transport.js";
 import { ENVD_PORT } from "../../envd/version.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startTestControlPlane } from "../helpers/control-plane.js";
@@ -40,18 +41,18 @@ if (skip) process.stderr.write(`firecracker-real.test.ts: skipped: ${missing.joi
 describe.skipIf(skip)(`firecracker runtime, real microVMs${skip ? ` (skipped: ${missing.join("; ")})` : ""}`, () => {
   const root = skip ? "" : mkdtempSync(join(tmpdir(), "l2b-fcvm-"));
   const log = pino({ level: process.env.LOCALE2B_TEST_LOG_LEVEL ?? "silent" });
-  const pool = new AgentPool();
-  const envd = new EnvdClient(pool);
+  const transport = new Transport();
+  const envd = new EnvdClient();
   const live: FirecrackerInstance[] = [];
 
   afterAll(async () => {
     for (const inst of live) await inst.kill().catch(() => undefined);
-    pool.destroy();
+    transport.destroy();
     if (root) rmSync(root, { recursive: true, force: true });
   });
 
   async function sh(id: string, inst: FirecrackerInstance, token: string, command: string): Promise<string> {
-    const agent = pool.get(id, inst.socketPath, ENVD_PORT);
+    const agent = transport.local(id, inst.socketPath, inst.pauseConnections).agent();
     const client = createClient(Process, createConnectTransport({ baseUrl: "http://envd", httpVersion: "1.1", nodeOptions: { agent } }));
     const r = await run(client, command, {}, { "x-access-token": token });
     if (r.end?.exitCode !== 0) throw new Error(`'${command}' exited ${r.end?.exitCode}: ${r.stderr}`);
@@ -65,23 +66,24 @@ describe.skipIf(skip)(`firecracker runtime, real microVMs${skip ? ` (skipped: ${
     const inst = await runtime.create(spec);
     live.push(inst);
 
-    await envd.waitReady(id, inst.socketPath, 60_000, () => inst.alive());
+    const endpoint = transport.local(id, inst.socketPath, inst.pauseConnections);
+    await envd.waitReady(endpoint, 60_000, () => inst.alive());
     expect(await health(new HybridVsockAgent(inst.socketPath, ENVD_PORT))).toBe(204);
     const token = `tok-${id}`;
-    const init = await envd.request(id, inst.socketPath, { method: "POST", path: "/init", body: { accessToken: token, timestamp: new Date().toISOString() } });
+    const init = await envd.request(endpoint, { method: "POST", path: "/init", body: { accessToken: token, timestamp: new Date().toISOString() } });
     expect(init.status).toBe(204);
     expect(await sh(id, inst, token, "cat /proc/cmdline")).toContain(`l2b.hostname=${id}`);
     await sh(id, inst, token, "echo before-pause > /tmp/marker");
 
     const firstPid = inst.pid;
     await inst.pause();
-    pool.drop(id); // what the manager does for runtimes whose resume resets vsock connections
+    endpoint.drop(); // what the endpoint's `drop` pause policy does for runtimes whose resume resets vsock connections
     expect(isRunning(firstPid)).toBe(false);
     expect(inst.persisted).toMatchObject({ paused: true });
 
     await inst.resume();
     expect(inst.pid).not.toBe(firstPid);
-    await envd.waitReady(id, inst.socketPath, 30_000, () => inst.alive());
+    await envd.waitReady(endpoint, 30_000, () => inst.alive());
     expect(await health(inst.socketPath)).toBe(204);
     expect(await sh(id, inst, token, "cat /tmp/marker")).toBe("before-pause"); // memory and disk came back
 
@@ -92,7 +94,7 @@ describe.skipIf(skip)(`firecracker runtime, real microVMs${skip ? ` (skipped: ${
 
     const pid = inst.pid;
     await inst.kill();
-    pool.drop(id);
+    transport.forget(id);
     expect(isRunning(pid)).toBe(false);
     expect(await inst.alive()).toBe(false);
   }, 180_000);

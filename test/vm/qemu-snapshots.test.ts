@@ -10,7 +10,6 @@ import { pino } from "pino";
 import { applyGuestIdentity } from "../../control-plane/runtimes/guest-identity.js";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
 import { EnvdRpc } from "../../control-plane/transport/envd-rpc.js";
-import { AgentPool } from "../../control-plane/transport/hybrid-vsock.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { CONTROL_PLANE_SPEC, specAvailable, validatorFor } from "../helpers/openapi.js";
 import { setEnv } from "../helpers/sdk.js";
@@ -57,11 +56,9 @@ describe.skipIf(missing !== undefined)(`qemu runtime: filesystem snapshots${miss
     expect(out.stdout).toBe(`${child.sandboxId}\nnone\n`);
     // What the control plane does in a guest restored from another's memory (Firecracker forks), run in
     // this real guest (same kernel, image, init and envd): renamed and moved to another /30, as root.
-    const { sandbox, socketPath } = await cp.manager.endpoint(child.sandboxId);
-    const pool = new AgentPool();
+    const { sandbox, endpoint } = await cp.manager.endpoint(child.sandboxId);
     const ipv4 = { device: "eth0", address: "10.201.250.6/30", gateway: "10.201.250.5" };
-    await applyGuestIdentity(new EnvdRpc(pool), { sandboxId: child.sandboxId, socketPath, token: sandbox.envdAccessToken }, { hostname: "renamed0fork1", ipv4 }, pino({ level: "silent" }));
-    pool.destroy();
+    await applyGuestIdentity(new EnvdRpc(), { endpoint, token: sandbox.envdAccessToken }, { hostname: "renamed0fork1", ipv4 }, pino({ level: "silent" }));
     const after = await child.commands.run("hostname; cat /etc/hostname; ip -4 -o addr show dev eth0 | wc -l; ip -4 -o addr show dev eth0; ip -4 route show default");
     expect(after.stdout).toMatch(/^renamed0fork1\nrenamed0fork1\n1\n.* inet 10\.201\.250\.6\/30 .*\ndefault via 10\.201\.250\.5 dev eth0/);
     await child.kill();

@@ -1,10 +1,11 @@
 import type { SandboxManager } from "../../manager/sandbox-manager.js";
+import type { Endpoint } from "../../transport/endpoint.js";
 
-export interface SandboxEndpoint {
+/** Where a running sandbox's traffic goes, and what the proxy checks on the way. */
+export interface SandboxRoute {
   /** The sandbox's envd access token. */
   token: string;
-  /** Its hybrid-vsock socket. */
-  socketPath: string;
+  endpoint: Endpoint;
   /** Required on user-port requests (`e2b-traffic-access-token`) when the sandbox was made with allowPublicTraffic: false. */
   trafficToken: string | undefined;
   /** `network.maskRequestHost`: the Host user-port requests go on with (`${PORT}` unreplaced). */
@@ -19,7 +20,7 @@ export interface SandboxEndpoint {
  * after `ttlMs` as a safety net.
  */
 export class EndpointCache {
-  private readonly entries = new Map<string, SandboxEndpoint>();
+  private readonly entries = new Map<string, SandboxRoute>();
   /** Bumped by every lifecycle event: a lookup that raced with one is not cached. */
   private generation = 0;
 
@@ -33,17 +34,17 @@ export class EndpointCache {
     });
   }
 
-  /** The endpoint of a running sandbox; throws the manager's not_found / unavailable errors. */
-  async get(id: string): Promise<SandboxEndpoint> {
+  /** The route to a running sandbox; throws the manager's not_found / unavailable errors. */
+  async get(id: string): Promise<SandboxRoute> {
     const hit = this.entries.get(id);
     const now = Date.now();
     if (hit && hit.expires > now && this.manager.hasInstance(id)) return hit;
     const gen = this.generation;
-    const { sandbox, socketPath } = await this.manager.endpoint(id);
+    const { sandbox, endpoint } = await this.manager.endpoint(id);
     const trafficToken = sandbox.network?.allowPublicTraffic === false ? sandbox.trafficAccessToken : undefined;
     const maskRequestHost = sandbox.network?.maskRequestHost || undefined;
-    const endpoint = { token: sandbox.envdAccessToken, socketPath, trafficToken, maskRequestHost, expires: now + this.ttlMs };
-    if (this.generation === gen) this.entries.set(id, endpoint);
-    return endpoint;
+    const route = { token: sandbox.envdAccessToken, endpoint, trafficToken, maskRequestHost, expires: now + this.ttlMs };
+    if (this.generation === gen) this.entries.set(id, route);
+    return route;
   }
 }

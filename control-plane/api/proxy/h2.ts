@@ -1,45 +1,14 @@
 import http2 from "node:http2";
 import type { Http2ServerRequest, Http2ServerResponse, OutgoingHttpHeaders } from "node:http2";
 import type { IncomingHttpHeaders } from "node:http";
-import { ENVD_PORT } from "../../../envd/version.js";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
-import { dialHybridVsock, type VsockGate } from "../../transport/hybrid-vsock.js";
 import { forwardHeaders, responseHeaders } from "./http.js";
 
 /**
  * HTTP/2 clients (gRPC, Connect over h2c) are forwarded over HTTP/2: gRPC
  * needs trailers and full duplex streams, which an HTTP/1.1 hop cannot
- * carry. One multiplexed session per sandbox, over a hybrid-vsock dial.
+ * carry. The session is the endpoint's (one multiplexed session per sandbox).
  */
-export class H2Upstreams {
-  private readonly sessions = new Map<string, Promise<http2.ClientHttp2Session>>();
-
-  get(sandboxId: string, socketPath: string, gate?: VsockGate): Promise<http2.ClientHttp2Session> {
-    const key = `${sandboxId}\0${socketPath}`;
-    let session = this.sessions.get(key);
-    if (!session) {
-      session = dialHybridVsock(socketPath, ENVD_PORT, undefined, gate).then((socket) => {
-        const s = http2.connect(`http://${ENVD_PORT}-${sandboxId}`, { createConnection: () => socket });
-        const forget = () => {
-          if (this.sessions.get(key) === session) this.sessions.delete(key);
-        };
-        s.on("close", forget);
-        s.on("error", forget);
-        s.on("goaway", forget);
-        return s;
-      });
-      session.catch(() => this.sessions.delete(key));
-      this.sessions.set(key, session);
-    }
-    return session;
-  }
-
-  destroy(): void {
-    for (const s of this.sessions.values()) void s.then((x) => x.destroy(), () => undefined);
-    this.sessions.clear();
-  }
-}
-
 export function forwardH2(
   req: Http2ServerRequest,
   res: Http2ServerResponse,

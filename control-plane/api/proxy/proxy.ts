@@ -8,10 +8,9 @@ import { forwardHttp1 } from "./forward-http1.js";
 import { isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Duplex } from "node:stream";
-import { dialGuestPort } from "../../transport/hybrid-vsock.js";
-import { forwardH2, H2Upstreams } from "./h2.js";
+import { forwardH2 } from "./h2.js";
 import { maskedHost } from "./mask-host.js";
-import { EndpointCache, type SandboxEndpoint } from "./endpoints.js";
+import { EndpointCache, type SandboxRoute } from "./endpoints.js";
 import { requestTarget, type Target } from "./target.js";
 import { refuseUpgrade, tunnelUpgrade } from "./upgrade.js";
 
@@ -24,19 +23,17 @@ export interface EnvdProxy {
    * user port, else refused. False when the request is not for a sandbox.
    */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean;
-  /** Ends the HTTP/2 upstream sessions. */
-  close(): void;
 }
 
-type Resolved = { sandboxId: string; endpoint: SandboxEndpoint };
+type Resolved = { sandboxId: string; route: SandboxRoute };
 /** `sandboxId`: answered in E2B's proxy shape (`{sandboxId, message, code}`). */
 type Refused = { status: number; message: string; sandboxId?: string };
 
 const notFound = (sandboxId: string): Refused => ({ status: 502, message: SANDBOX_NOT_FOUND, sandboxId });
 
 /** A user port of a sandbox made with allowPublicTraffic: false needs its traffic token. */
-function trafficAllowed(req: IncomingMessage, endpoint: SandboxEndpoint): boolean {
-  return endpoint.trafficToken === undefined || req.headers["e2b-traffic-access-token"] === endpoint.trafficToken;
+function trafficAllowed(req: IncomingMessage, route: SandboxRoute): boolean {
+  return route.trafficToken === undefined || req.headers["e2b-traffic-access-token"] === route.trafficToken;
 }
 
 const trafficRefusal = (sandboxId: string) => `sandbox ${sandboxId} only accepts traffic with its e2b-traffic-access-token header`;
@@ -61,10 +58,9 @@ const INTERNAL = /^\/(init|freeze|unfreeze|collapse|fsfreeze|fsthaw|upgrade)(?:[
  * A 404 would read as "file not found" / `unimplemented`, so it is not used.
  */
 export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
-  const { pool, metrics, manager } = deps;
+  const { metrics, manager } = deps;
   const hostSuffix = `.${deps.domain.toLowerCase()}`;
   const endpoints = new EndpointCache(manager);
-  const h2 = new H2Upstreams();
 
   const target = (req: IncomingMessage): Target | undefined => requestTarget(req, hostSuffix);
   /** A sandbox killed (or being killed) after its request was routed: its failures read as E2B's "not found". */
@@ -84,7 +80,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     if (!SANDBOX_ID_RE.test(sandboxId)) return notFound(sandboxId);
     if (INTERNAL.test(req.url ?? "")) return { status: 403, message: `${req.url?.split("?")[0]} is internal to the control plane` };
     try {
-      return { sandboxId, endpoint: await endpoints.get(sandboxId) };
+      return { sandboxId, route: await endpoints.get(sandboxId) };
     } catch (err) {
       if (err instanceof ControlPlaneError && err.kind === "not_found") return notFound(sandboxId);
       if (err instanceof ControlPlaneError && err.kind === "unavailable") return { status: 502, message: err.message };
@@ -98,10 +94,10 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
     const signed = t.sandboxId === undefined;
     const r = await resolve(req, t);
     if ("status" in r) return sendProxyError(res, r.status, r.message, connect, r.sandboxId);
-    const { sandboxId, endpoint } = r;
-    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, endpoint);
+    const { sandboxId, route } = r;
+    if (t.port !== ENVD_PORT) return forwardUserPort(req, res, sandboxId, t.port, route);
     // envd checks /health (no auth) and signed /files itself; everything else must carry the sandbox's token.
-    if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, endpoint.token)) {
+    if (!signed && req.method !== "OPTIONS" && !accessTokenOk(req, route.token)) {
       return sendProxyError(
         res,
         401,
@@ -114,11 +110,11 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
         gone(sandboxId)
           ? sendProxyError(res, 502, SANDBOX_NOT_FOUND, connect, sandboxId)
           : sendProxyError(res, 502, `sandbox ${sandboxId} is not reachable (${err.message})`, connect);
-      const session = await h2.get(sandboxId, endpoint.socketPath, pool.gate(sandboxId)).catch((err: Error) => err);
+      const session = await route.endpoint.h2().catch((err: Error) => err);
       if (session instanceof Error) return fail(session);
       return forwardH2(req as unknown as Http2ServerRequest, res as unknown as Http2ServerResponse, session, metrics, fail);
     }
-    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, ENVD_PORT), metrics, { gone: () => gone(sandboxId) });
+    forwardHttp1(req, res, sandboxId, route.endpoint.agent(), metrics, { gone: () => gone(sandboxId) });
   };
 
   /**
@@ -127,14 +123,14 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
    * sandbox was created with allowPublicTraffic: false; with the sandbox's
    * maskRequestHost as Host when it has one.
    */
-  const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, endpoint: SandboxEndpoint): void => {
-    if (!trafficAllowed(req, endpoint)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
+  const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
+    if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
     if (req.httpVersionMajor === 2) {
       return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
     }
-    forwardHttp1(req, res, sandboxId, pool.get(sandboxId, endpoint.socketPath, port, ENVD_PORT), metrics, {
+    forwardHttp1(req, res, sandboxId, route.endpoint.agent(port), metrics, {
       describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
-      host: maskedHost(endpoint.maskRequestHost, port),
+      host: maskedHost(route.maskRequestHost, port),
       gone: () => gone(sandboxId),
     });
   };
@@ -144,20 +140,19 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const upgrade = async (req: IncomingMessage, socket: Duplex, head: Buffer, t: Target): Promise<void> => {
     const r = await resolve(req, t);
     if ("status" in r) return refuseUpgrade(socket, r.status, r.message, r.sandboxId);
-    const { sandboxId, endpoint } = r;
-    if (!trafficAllowed(req, endpoint)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
+    const { sandboxId, route } = r;
+    if (!trafficAllowed(req, route)) return refuseUpgrade(socket, 403, trafficRefusal(sandboxId));
     let upstream: Duplex;
     try {
-      upstream = await dialGuestPort(endpoint.socketPath, t.port, undefined, pool.gate(sandboxId));
+      upstream = await route.endpoint.dial(t.port);
     } catch (err) {
       return refuseUpgrade(socket, 502, `sandbox ${sandboxId}: ${(err as Error).message}`);
     }
     if (socket.destroyed) return void upstream.destroy();
-    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(endpoint.maskRequestHost, t.port));
+    tunnelUpgrade(req, socket, head, upstream, metrics, maskedHost(route.maskRequestHost, t.port));
   };
 
   return {
-    close: () => h2.destroy(),
     upgrade(req, socket, head) {
       const t = target(req);
       // envd takes no upgrades: its requests are served as plain HTTP/1.1.

@@ -9,7 +9,6 @@ import type { MetricsHistory } from "../../metrics/history.js";
 import type { SessionManager } from "../../sessions/session-manager.js";
 import type { Store } from "../../store/store.js";
 import type { EnvdRpc } from "../../transport/envd-rpc.js";
-import type { AgentPool } from "../../transport/hybrid-vsock.js";
 import type { Workspaces } from "../../workspace/workspaces.js";
 
 /** Limits and defaults of the workspace API (serve's options). */
@@ -26,7 +25,6 @@ export interface WorkspaceSettings {
 export interface WorkspaceDeps {
   manager: SandboxManager;
   store: Store;
-  pool: AgentPool;
   rpc: EnvdRpc;
   workspaces: Workspaces;
   sessions: SessionManager;

@@ -21,7 +21,7 @@ const TYPE_NAMES: Record<number, string> = {
 
 /** envd's answer to a /files request: the response, or a WsError saying what envd said. */
 async function envdFiles(ctx: WsContext, target: EnvdTarget, method: "GET" | "POST", path: string, body?: IncomingMessage | Buffer): Promise<IncomingMessage> {
-  const up = envdFilesRequest(ctx.deps.pool, target, {
+  const up = envdFilesRequest(target, {
     method,
     path,
     username: FILE_USER,

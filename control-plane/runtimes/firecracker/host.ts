@@ -1,7 +1,7 @@
 // What a host needs to run Firecracker microVMs: the binary (and, optionally,
 // the jailer) and hardware KVM. Probing only, through the host checks that
 // `locale2b doctor` uses too; nothing here changes the host.
-import { accelFor } from "../../host/checks.js";
+import { accelFor } from "../../host/accel.js";
 import { findExecutable } from "../../host/executables.js";
 import { setting } from "../../settings.js";
 

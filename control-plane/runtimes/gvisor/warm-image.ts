@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
-import { AgentPool } from "../../transport/hybrid-vsock.js";
+import { LocalEndpoint } from "../../transport/local-endpoint.js";
 import { EnvdClient } from "../../transport/envd-client.js";
 import type { InstanceSpec } from "../runtime.js";
 import type { GvisorInstance } from "./instance.js";
@@ -73,16 +73,15 @@ export class WarmImages {
     const tmp = join(root, `.tmp-${key}`);
     const started = Date.now();
     const inst = await this.coldStart({ ...spec, sandboxId: id, dir: join(root, `.tmp-sandbox-${id}`), allowInternetAccess: false, egress: undefined, background: true, log });
-    const pool = new AgentPool();
+    const endpoint = new LocalEndpoint(id, inst.socketPath);
     try {
-      const envd = new EnvdClient(pool);
-      await envd.waitReady(id, inst.socketPath, 60_000, () => inst.alive(), () => inst.vsockReady());
+      await new EnvdClient().waitReady(endpoint, 60_000, () => inst.alive(), () => inst.vsockReady());
       mkdirSync(tmp, { recursive: true, mode: 0o700 });
       await inst.snapshot(tmp, { kind: "memory", paused: false });
       renameSync(tmp, join(root, key));
       log.info({ ms: Date.now() - started }, "warm-start image built: gVisor sandboxes of this shape are restored from it");
     } finally {
-      pool.destroy();
+      endpoint.close();
       rmSync(tmp, { recursive: true, force: true });
       await inst.kill();
     }

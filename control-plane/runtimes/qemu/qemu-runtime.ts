@@ -2,7 +2,7 @@ import { spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { accelFor } from "../../host/checks.js";
+import { accelFor } from "../../host/accel.js";
 import { spawnDetached } from "../../host/detached.js";
 import { findExecutable } from "../../host/executables.js";
 import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";

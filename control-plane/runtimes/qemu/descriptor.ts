@@ -1,0 +1,17 @@
+import type { RuntimeDescriptor } from "../descriptor.js";
+import { qemuChecks, qemuSummary } from "./checks.js";
+
+export const qemuRuntime: RuntimeDescriptor = {
+  name: "qemu",
+  help: "QEMU microVMs; KVM or emulation",
+  banner: "sandboxes are QEMU microVMs (pause keeps them in memory)",
+  warmPoolDefault: 0,
+  baseImageAtStart: false,
+  snapshotsHint: "QEMU microVMs take filesystem snapshots",
+  async create(ctx) {
+    const { QemuRuntime } = await import("./qemu-runtime.js");
+    return new QemuRuntime({ imagesDir: ctx.imagesDir });
+  },
+  checks: qemuChecks,
+  summary: qemuSummary,
+};
