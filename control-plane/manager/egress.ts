@@ -10,7 +10,7 @@ export { resolveEgress, type EgressPolicy };
 export async function egressFor(runtime: Runtime, network: SandboxNetwork | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
   const policy = await resolveEgress(network, allowInternetAccess);
   if (!policy) return undefined;
-  const why = runtime.egressUnsupported ? await runtime.egressUnsupported() : `the ${runtime.name} runtime does not enforce them yet`;
+  const why = await runtime.egressUnsupported();
   if (why) throw new ControlPlaneError("invalid", `network.allowOut/denyOut cannot be enforced on this server: ${why}`);
   return policy;
 }
@@ -29,7 +29,6 @@ export async function applyNetworkUpdate(
   allowInternetAccess: boolean,
 ): Promise<void> {
   if ((rec.state !== "running" && rec.state !== "paused") || !inst) throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is ${rec.state}`);
-  if (!inst.updateEgress) throw new ControlPlaneError("conflict", `the ${rec.runtime} runtime cannot change a sandbox's network rules`);
   const policy = await resolveEgress(rules, allowInternetAccess);
   await inst.updateEgress(policy).catch((err: Error) => {
     throw new ControlPlaneError("conflict", err.message);

@@ -46,7 +46,7 @@ export function pausedDir(dataDir: string, id: string): string {
  */
 export async function pauseToDisk(d: FsPauseDeps, rec: SandboxRecord, inst: Instance, paused: boolean): Promise<Record<string, unknown>> {
   const runtime = await d.runtimes.byName(rec.runtime);
-  if (!inst.snapshot || !(inst.snapshotKinds?.() ?? []).includes("filesystem") || !runtime.createFromSnapshot) {
+  if (!inst.snapshotKinds().includes("filesystem")) {
     throw new ControlPlaneError(
       "invalid",
       `sandbox '${rec.id}' runs on the ${rec.runtime} runtime, which cannot pause without memory (filesystem-only) here: pause it keeping its memory`,
@@ -81,7 +81,7 @@ export async function resumeFromDisk(d: FsPauseDeps, rec: SandboxRecord): Promis
   const log = d.log.child({ sandboxId: rec.id });
   const egress = await egressFor(runtime, rec.network, rec.allowInternetAccess);
   const spec = { sandboxId: rec.id, templateId: rec.templateId, cpuCount: rec.cpuCount, memoryMB: rec.memoryMB, diskSizeMB: rec.diskSizeMB, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
-  const inst = await runtime.createFromSnapshot!(spec, { kind: "filesystem", dir: src, runtime: rec.runtime });
+  const inst = await runtime.createFromSnapshot(spec, { kind: "filesystem", dir: src, runtime: rec.runtime });
   try {
     await d.waitReady(rec.id, inst);
   } catch (err) {

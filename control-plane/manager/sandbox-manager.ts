@@ -115,7 +115,7 @@ export class SandboxManager {
     await this.warm?.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
-    for (const inst of this.instances.all()) inst.detach?.();
+    for (const inst of this.instances.all()) inst.detach();
     this.o.transport.destroy();
   }
 
@@ -174,7 +174,6 @@ export class SandboxManager {
     const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(templateId)).catch((err: Error) => {
       throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
     });
-    if (from && !runtime.createFromSnapshot) throw new ControlPlaneError("invalid", `the ${runtime.name} runtime cannot start sandboxes from snapshots`);
     const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
     const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
     const shape = { templateId, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
@@ -211,7 +210,7 @@ export class SandboxManager {
       let inst: Instance | undefined;
       try {
         const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
-        inst = await (input.fromSnapshot ? runtime.createFromSnapshot!(spec, input.fromSnapshot) : runtime.create(spec));
+        inst = await (input.fromSnapshot ? runtime.createFromSnapshot(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
         const from = input.fromSnapshot;
@@ -220,7 +219,7 @@ export class SandboxManager {
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
-        const consoleTail = (await inst?.logs?.().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
+        const consoleTail = (await inst?.logs().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
         log.error({ err, console: consoleTail }, "sandbox creation failed");
         this.o.transport.get(id)?.drop();
         await inst?.kill().catch(() => undefined);
@@ -474,6 +473,6 @@ export class SandboxManager {
   }
 
   async logs(id: string): Promise<{ timestamp: number; line: string }[]> {
-    return (await this.instances.get(this.get(id).id)?.logs?.()) ?? [];
+    return (await this.instances.get(this.get(id).id)?.logs()) ?? [];
   }
 }

@@ -82,7 +82,7 @@ export interface Instance {
    * The server is stopping, the instance keeps running: stop watching it and
    * let go of any control connection, so the next server can adopt it.
    */
-  detach?(): void;
+  detach(): void;
   /** A background-started instance (InstanceSpec.background) is claimed: normal CPU priority from now on. */
   foreground?(): void;
   /** Called once if the instance dies on its own (crash, OOM, killed from outside). */
@@ -92,17 +92,17 @@ export interface Instance {
   /** False while dialing the sandbox could harm it (a VM whose vsock device is not set up yet); absent: always fine. */
   vsockReady?(): boolean;
   /** Replaces the sandbox's egress rules (undefined: none); rejects when it has no network of its own to filter. */
-  updateEgress?(policy: EgressPolicy | undefined): Promise<void>;
+  updateEgress(policy: EgressPolicy | undefined): Promise<void>;
   /** Console/agent log lines, newest last (for the logs endpoints). */
-  logs?(): Promise<{ timestamp: number; line: string }[]>;
-  /** The snapshot kinds this instance can take; absent or empty: none. */
-  snapshotKinds?(): SnapshotKind[];
+  logs(): Promise<{ timestamp: number; line: string }[]>;
+  /** The snapshot kinds this instance can take; empty: none. */
+  snapshotKinds(): SnapshotKind[];
   /**
    * Writes a consistent snapshot into `dest` (an empty directory the caller
    * owns and removes on failure). `paused` says the sandbox is paused now; a
    * running one is quiesced for the capture and left running afterwards.
    */
-  snapshot?(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void>;
+  snapshot(dest: string, opts: { kind: SnapshotKind; paused: boolean }): Promise<void>;
 }
 
 export interface Runtime {
@@ -110,14 +110,14 @@ export interface Runtime {
   /** Human-readable notes for start-up, e.g. isolation features this host lacks. */
   check(): Promise<string[]>;
   create(spec: InstanceSpec): Promise<Instance>;
-  /** Why this runtime cannot enforce egress allow/deny lists here, or undefined when it can; absent: it cannot. */
-  egressUnsupported?(): Promise<string | undefined>;
+  /** Why this runtime cannot enforce egress allow/deny lists here, or undefined when it can. */
+  egressUnsupported(): Promise<string | undefined>;
   /** Re-attaches to an instance that outlived a control-plane restart, or undefined if it is gone. */
   adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<Instance | undefined>;
   /** The server stops: finish (or stop) background work of the runtime's own; its sandboxes keep running. */
   close?(): Promise<void>;
   /** Starts a new instance from a snapshot one of its instances took (a fresh id, its own copy of the files). */
-  createFromSnapshot?(spec: InstanceSpec, from: SnapshotSource): Promise<Instance>;
+  createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<Instance>;
   /** At a server's start, after re-adoption: removes what sandboxes that are gone left on the host (e.g. empty cgroups). */
   removeLeftovers?(log: Logger): Promise<void>;
 }

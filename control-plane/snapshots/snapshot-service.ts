@@ -262,7 +262,7 @@ function forkInput(parent: SandboxRecord, timeout: number, fromSnapshot: Snapsho
  * an instance that can take none, is `invalid`.
  */
 function chooseKind(rec: SandboxRecord, inst: Instance, memory: boolean | undefined): SnapshotKind {
-  const kinds = inst.snapshot ? (inst.snapshotKinds?.() ?? []) : [];
+  const kinds = inst.snapshotKinds();
   if (kinds.length === 0) {
     throw new ControlPlaneError(
       "invalid",

@@ -98,6 +98,14 @@ export class StandInInstance implements Instance {
     this.exitListeners = [];
   }
 
+  async updateEgress(): Promise<void> {
+    throw new Error("the stand-in runtime has no network of its own to filter");
+  }
+
+  async logs(): Promise<{ timestamp: number; line: string }[]> {
+    return [];
+  }
+
   /** The sandbox dies on its own (as a crash or an OOM would end it). */
   async die(reason: string): Promise<void> {
     await this.kill();
@@ -115,6 +123,10 @@ export class StandInRuntime implements Runtime {
 
   async check(): Promise<string[]> {
     return ["stand-in runtime (tests): no isolation"];
+  }
+
+  async egressUnsupported(): Promise<string | undefined> {
+    return "the stand-in runtime has no network of its own";
   }
 
   async create(spec: InstanceSpec): Promise<Instance> {
