@@ -183,6 +183,18 @@ describe.skipIf(missing !== undefined)(`pullImage from registries on loopback${w
     expect(leftovers(imagesDir)).toEqual({ tmp: [], images: [] });
   });
 
+  it("a private image in the cache is no way around the registry: by digest without credentials is refused, with them it is the cached copy", async () => {
+    const imagesDir = fresh("private-cache");
+    const auth = { type: "registry", ...USER };
+    const first = await pull({ ref: `${authReg.host}/team/app:v1`, imagesDir, auth });
+    const byDigest = `${authReg.host}/team/app@${first.digest}`;
+    const refused = await pullError({ ref: byDigest, imagesDir });
+    expect(refused.code).toBe("unauthorized");
+    // Nor under another name: the open registry has no such image.
+    expect((await pullError({ ref: `${openReg.host}/any/name@${first.digest}`, imagesDir })).code).toBe("not_found");
+    expect(await pull({ ref: byDigest, imagesDir, auth })).toEqual({ ...first, cached: true });
+  });
+
   it("GCP's form: user _json_key, the service account JSON as the password", async () => {
     // bcrypt (the registry's htpasswd) compares the first 72 bytes only; test/images/oci-units.test.ts checks the whole password.
     const r = await pull({ ref: `${authReg.host}/team/app:v1`, imagesDir: fresh("gcp"), auth: { type: "gcp", serviceAccountJson: GCP_KEY } });

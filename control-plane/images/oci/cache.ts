@@ -34,6 +34,13 @@ export interface PulledRecord {
   bytes: number;
   /** Where it came from (a host; a mirror's when it was a mirror). */
   source: string;
+  /**
+   * Pulled without credentials: anyone may have it. Only such an image is
+   * served by digest without asking a registry; one that took credentials is
+   * served only after the registry has answered the caller's own request for
+   * it, so a digest alone (they leak: logs, build output) opens no private image.
+   */
+  anonymous: boolean;
   pulledAt: string;
 }
 

@@ -7,9 +7,10 @@
 //                  image, pinned to that digest, into a layout whose blobs are shared (cache.ts)
 //   unpack.ts      measured, then unpacked by umoci: whiteouts applied, owners and setuid bits kept
 //   image-config.ts ENV, WORKDIR, USER, ENTRYPOINT, CMD
-// An image already unpacked is not fetched again: by digest, not even the
-// registry is asked; by tag, one manifest request tells whether the tag
-// still names it.
+// An image already unpacked is not fetched again: by tag, one manifest
+// request tells whether the tag still names it; by digest, a public image's
+// registry is not even asked (a private one's is, with the caller's
+// credentials: cache.ts, PulledRecord.anonymous).
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -123,7 +124,8 @@ async function fetchImage(f: Fetch): Promise<PulledImage> {
   const unpacked = await unpackedBytes(local, f.settings.maxBytes, image, skopeo.signal);
   await mkdir(join(f.work, "image"), { mode: 0o755 });
   await unpack({ umoci: f.umoci, layout, ref: LOCAL_REF, rootfs: join(f.work, "image", "rootfs"), signal: skopeo.signal, log });
-  const record: PulledRecord = { ref: formatRef({ ...f.ref, digest }), digest, config, bytes: unpacked, source: src.host, pulledAt: new Date().toISOString() };
+  const anonymous = !(skopeo.credentialsFor === src.host && !src.mirrorOf);
+  const record: PulledRecord = { ref: formatRef({ ...f.ref, digest }), digest, config, bytes: unpacked, source: src.host, anonymous, pulledAt: new Date().toISOString() };
   const dir = await commitImage(f.cache, f.work, digest, record, aliases);
   log.info({ digest, unpackedBytes: unpacked, dir }, `${image} unpacked`);
   const committed = await findPulled(f.cache, digest);
@@ -147,8 +149,8 @@ export async function pullImage(o: PullImageOptions): Promise<PulledImage> {
   try {
     if (ref.digest) {
       const hit = await findPulled(cache, ref.digest);
-      if (hit) {
-        log.info({ digest: hit.record.digest }, "image already unpacked (by digest): the registry is not asked");
+      if (hit?.record.anonymous === true) {
+        log.info({ digest: hit.record.digest }, "image already unpacked (by digest, public): the registry is not asked");
         return result(hit, true);
       }
     }
