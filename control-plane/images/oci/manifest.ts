@@ -11,7 +11,8 @@ export interface Descriptor {
   platform?: { os?: string; architecture?: string; variant?: string };
 }
 
-export type RegistryManifest = { kind: "index"; manifests: Descriptor[] } | { kind: "image"; config: Descriptor; layers: Descriptor[] };
+export type ImageManifest = { kind: "image"; config: Descriptor; layers: Descriptor[] };
+export type RegistryManifest = { kind: "index"; manifests: Descriptor[] } | ImageManifest;
 
 export const PLATFORM = { os: "linux", architecture: "amd64" } as const;
 
@@ -62,7 +63,7 @@ function layerKind(mediaType: string | undefined): "tar" | "gzip" | "zstd" | und
 }
 
 /** Checks it is a container image; says whether any layer needs recompressing, and its compressed size. */
-export function checkImageManifest(m: { config: Descriptor; layers: Descriptor[] }, image: string): { zstd: boolean; bytes: number } {
+export function checkImageManifest(m: ImageManifest, image: string): { zstd: boolean; bytes: number } {
   if (m.config.mediaType && !CONFIG_TYPES.has(m.config.mediaType)) throw new ImagePullError("failed", `${image} is not a container image (its config is ${m.config.mediaType})`);
   let zstd = false;
   for (const l of m.layers) {

@@ -19,10 +19,10 @@ import { registryCredentials } from "./auth.js";
 import { commitImage, findPulled, makeLayout, ociCache, startWork, type OciCache, type PulledRecord } from "./cache.js";
 import { ImagePullError } from "./errors.js";
 import { readImageConfig, type ImageConfig } from "./image-config.js";
-import { checkImageManifest, digestOf, parseManifest, pickPlatform } from "./manifest.js";
+import { checkImageManifest, digestOf, parseManifest, pickPlatform, type ImageManifest } from "./manifest.js";
 import { formatRef, parseImageRef, type ImageRef } from "./reference.js";
 import { registrySettings, type RegistrySettings } from "./registry-settings.js";
-import { copyToLayout, inspectRaw, prepareSkopeo, type Skopeo } from "./skopeo.js";
+import { copyToLayout, inspectRaw, prepareSkopeo, sendsCredentials, type Skopeo } from "./skopeo.js";
 import { describeSource, pullSources, type PullSource } from "./sources.js";
 import { pullTools } from "./tools.js";
 import { readLocalImage, unpack, unpackedBytes } from "./unpack.js";
@@ -89,30 +89,18 @@ interface Fetch {
   log: Logger;
 }
 
-/** Resolves the ref at the first source that has it; unpacks it unless that digest is cached. */
-async function fetchImage(f: Fetch): Promise<PulledImage> {
+/** The linux/amd64 manifest an index names, checked against its digest. */
+async function platformManifest(f: Fetch, src: PullSource, digest: string): Promise<ImageManifest> {
+  const raw = await inspectRaw(f.skopeo, src, `@${digest}`);
+  if (digestOf(raw) !== digest) throw new ImagePullError("failed", `${describeSource(src)} answered ${f.image}'s linux/amd64 manifest with other bytes than its index names`);
+  const manifest = parseManifest(raw, f.image);
+  if (manifest.kind !== "image") throw new ImagePullError("failed", `${f.image}'s linux/amd64 entry is itself an index`);
+  return manifest;
+}
+
+/** Copies the image into the shared blobs, measures it, unpacks it, and moves it into the cache. */
+async function download(f: Fetch, src: PullSource, digest: string, manifest: ImageManifest, aliases: string[]): Promise<PulledImage> {
   const { skopeo, image, log } = f;
-  const { src, raw } = await resolve(skopeo, pullSources(f.ref, f.settings), f.ref.digest ? `@${f.ref.digest}` : `:${f.ref.tag}`, log);
-  const top = digestOf(raw);
-  if (f.ref.digest && top !== f.ref.digest) throw new ImagePullError("failed", `${describeSource(src)} answered ${image} with a manifest whose digest is ${top}: not the image asked for`);
-  let manifest = parseManifest(raw, image);
-  let digest = top;
-  const aliases: string[] = [];
-  if (manifest.kind === "index") {
-    digest = pickPlatform(manifest.manifests, image).digest;
-    aliases.push(top);
-  }
-  const hit = await findPulled(f.cache, digest);
-  if (hit) {
-    log.info({ digest, source: src.host }, "image already unpacked: nothing to download");
-    return result(hit, true);
-  }
-  if (manifest.kind === "index") {
-    const inner = await inspectRaw(skopeo, src, `@${digest}`);
-    if (digestOf(inner) !== digest) throw new ImagePullError("failed", `${describeSource(src)} answered ${image}'s linux/amd64 manifest with other bytes than its index names`);
-    manifest = parseManifest(inner, image);
-    if (manifest.kind !== "image") throw new ImagePullError("failed", `${image}'s linux/amd64 entry is itself an index`);
-  }
   const { zstd, bytes } = checkImageManifest(manifest, image);
   const mib = (n: number) => Math.round(n / 1024 / 1024);
   if (bytes > f.settings.maxBytes) throw new ImagePullError("too_large", `image ${image} is ${mib(bytes)} MiB compressed, over the ${mib(f.settings.maxBytes)} MiB limit (LOCALE2B_IMAGE_PULL_MAX_MB)`);
@@ -124,12 +112,34 @@ async function fetchImage(f: Fetch): Promise<PulledImage> {
   const unpacked = await unpackedBytes(local, f.settings.maxBytes, image, skopeo.signal);
   await mkdir(join(f.work, "image"), { mode: 0o755 });
   await unpack({ umoci: f.umoci, layout, ref: LOCAL_REF, rootfs: join(f.work, "image", "rootfs"), signal: skopeo.signal, log });
-  const anonymous = !(skopeo.credentialsFor === src.host && !src.mirrorOf);
-  const record: PulledRecord = { ref: formatRef({ ...f.ref, digest }), digest, config, bytes: unpacked, source: src.host, anonymous, pulledAt: new Date().toISOString() };
+  const record: PulledRecord = {
+    ref: formatRef({ ...f.ref, digest }),
+    digest,
+    config,
+    bytes: unpacked,
+    source: src.host,
+    anonymous: !sendsCredentials(skopeo, src),
+    pulledAt: new Date().toISOString(),
+  };
   const dir = await commitImage(f.cache, f.work, digest, record, aliases);
   log.info({ digest, unpackedBytes: unpacked, dir }, `${image} unpacked`);
-  const committed = await findPulled(f.cache, digest);
-  return result(committed ?? { dir, record }, false);
+  return result((await findPulled(f.cache, digest)) ?? { dir, record }, false);
+}
+
+/** Resolves the ref at the first source that has it; downloads it unless that digest is unpacked already. */
+async function fetchImage(f: Fetch): Promise<PulledImage> {
+  const { src, raw } = await resolve(f.skopeo, pullSources(f.ref, f.settings), f.ref.digest ? `@${f.ref.digest}` : `:${f.ref.tag}`, f.log);
+  const top = digestOf(raw);
+  if (f.ref.digest && top !== f.ref.digest) throw new ImagePullError("failed", `${describeSource(src)} answered ${f.image} with a manifest whose digest is ${top}: not the image asked for`);
+  const manifest = parseManifest(raw, f.image);
+  const digest = manifest.kind === "index" ? pickPlatform(manifest.manifests, f.image).digest : top;
+  const hit = await findPulled(f.cache, digest);
+  if (hit) {
+    f.log.info({ digest, source: src.host }, "image already unpacked: nothing to download");
+    return result(hit, true);
+  }
+  if (manifest.kind === "image") return download(f, src, digest, manifest, []);
+  return download(f, src, digest, await platformManifest(f, src, digest), [top]);
 }
 
 function aborted(err: unknown, signal: AbortSignal, timeout: AbortSignal, image: string, settings: RegistrySettings): unknown {

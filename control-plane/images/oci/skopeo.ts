@@ -57,17 +57,21 @@ function globalArgs(s: Skopeo): string[] {
   ];
 }
 
+/** Credentials go to the image's own registry only, never to a mirror. */
+export function sendsCredentials(s: Skopeo, src: PullSource): boolean {
+  return src.mirrorOf === undefined && s.credentialsFor === src.host;
+}
+
 /** `--authfile F` or `--no-creds`, and `--tls-verify=false` where allowed; `src` prefixes them for copy. */
 function sourceArgs(s: Skopeo, src: PullSource, prefix: "" | "src-"): string[] {
-  const creds = src.mirrorOf === undefined && s.credentialsFor === src.host;
-  return [...(creds ? [`--${prefix}authfile`, s.authFile] : [`--${prefix}no-creds`]), ...(src.insecure ? [`--${prefix}tls-verify=false`] : [])];
+  return [...(sendsCredentials(s, src) ? [`--${prefix}authfile`, s.authFile] : [`--${prefix}no-creds`]), ...(src.insecure ? [`--${prefix}tls-verify=false`] : [])];
 }
 
 async function run(s: Skopeo, src: PullSource, args: string[], o: { maxStdout?: number; onLine?: (l: string) => void } = {}): Promise<Buffer> {
   try {
     return await runTool(s.bin, [...globalArgs(s), ...args], { env: s.env, signal: s.signal, ...o });
   } catch (err) {
-    if (err instanceof ToolFailed) throw classifySkopeoFailure(err, { image: s.image, src, withCredentials: s.credentialsFor === src.host && !src.mirrorOf });
+    if (err instanceof ToolFailed) throw classifySkopeoFailure(err, { image: s.image, src, withCredentials: sendsCredentials(s, src) });
     throw err;
   }
 }
