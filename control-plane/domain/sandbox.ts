@@ -1,5 +1,6 @@
 import type { SandboxNetwork } from "./network.js";
 import type { SnapshotSource } from "./snapshot.js";
+import type { SandboxBoot } from "./template.js";
 
 /**
  * The control plane's domain: a sandbox record as the store keeps it and the
@@ -12,8 +13,11 @@ export type TimeoutAction = "kill" | "pause";
 export interface SandboxRecord {
   /** Lowercase alphanumerics only (`-` would break `<port>-<id>.<domain>` hosts). */
   id: string;
+  /** The template's id as the API shows it (E2B's templateID). */
   templateId: string;
   alias?: string;
+  /** What it boots (absent in records from before templates had builds: the image is `templateId`). */
+  boot?: SandboxBoot;
   state: SandboxState;
   metadata: Record<string, string>;
   envVars: Record<string, string>;
@@ -69,6 +73,10 @@ export interface CreateSandboxInput {
   diskSizeMB?: number;
   /** Start on a snapshot's files (its runtime's createFromSnapshot) instead of the template's fresh ones. */
   fromSnapshot?: SnapshotSource;
+  /** What the sandbox boots, already known (a snapshot's or a fork's parent's): `templateId` is not resolved again. */
+  boot?: SandboxBoot;
+  /** The name the template was asked for by (set by the manager from `templateId`). */
+  alias?: string;
 }
 
 export interface ListFilter {

@@ -1,4 +1,5 @@
 // Snapshots: what one holds, where a runtime reads it back, and the record the store keeps.
+import type { SandboxBoot } from "./template.js";
 
 /**
  * What a snapshot holds: `filesystem`, the sandbox's writable layer (its
@@ -34,6 +35,8 @@ export interface SnapshotRecord {
   sandboxId: string;
   /** The template that sandbox ran (its files are the snapshot's lower layer). */
   templateId: string;
+  /** What that sandbox booted (absent in older records: the image is `templateId`). */
+  boot?: SandboxBoot;
   runtime: string;
   kind: SnapshotKind;
   /** The build's directory name under `<data dir>/snapshots/`. */

@@ -15,6 +15,11 @@ export class TemplateCatalog {
     return id === "base" || findTemplateImage(id, this.dir) !== undefined;
   }
 
+  /** A built template by its name: its image is the image cache's entry of that name. */
+  resolve(ref: string): { templateId: string; alias: string; boot: { image: string } } | undefined {
+    return this.has(ref) ? { templateId: ref, alias: ref, boot: { image: ref } } : undefined;
+  }
+
   names(): string[] {
     let built: string[] = [];
     try {

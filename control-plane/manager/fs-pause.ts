@@ -80,7 +80,7 @@ export async function resumeFromDisk(d: FsPauseDeps, rec: SandboxRecord): Promis
   mkdirSync(dir, { recursive: true });
   const log = d.log.child({ sandboxId: rec.id });
   const egress = await egressFor(runtime, rec.network, rec.allowInternetAccess);
-  const spec = { sandboxId: rec.id, templateId: rec.templateId, cpuCount: rec.cpuCount, memoryMB: rec.memoryMB, diskSizeMB: rec.diskSizeMB, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
+  const spec = { sandboxId: rec.id, templateId: rec.boot?.image ?? rec.templateId, cpuCount: rec.cpuCount, memoryMB: rec.memoryMB, diskSizeMB: rec.diskSizeMB, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
   const inst = await runtime.createFromSnapshot(spec, { kind: "filesystem", dir: src, runtime: rec.runtime });
   try {
     await d.waitReady(rec.id, inst);

@@ -8,6 +8,8 @@ import type { EnvdClient } from "../transport/envd-client.js";
 import type { EnvdTarget } from "../transport/envd-rpc.js";
 import type { Transport } from "../transport/transport.js";
 import type { AdmissionLimits } from "./admission.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
+import type { SandboxBoot } from "../domain/template.js";
 
 export interface ManagerLimits {
   /** Sandboxes that may exist at once (running or paused). */
@@ -17,6 +19,30 @@ export interface ManagerLimits {
   /** Longest timeout a client may ask for, in seconds. */
   maxTimeoutSeconds: number;
 }
+
+/** A create's template reference (an id, a name, `name:tag`), resolved. */
+export interface ResolvedTemplate {
+  /** E2B's templateID of the sandbox. */
+  templateId: string;
+  alias?: string;
+  boot: SandboxBoot;
+  /** The template's defaults for its sandboxes (its build's request). */
+  cpuCount?: number;
+  memoryMB?: number;
+}
+
+export interface TemplateResolver {
+  resolve(ref: string): ResolvedTemplate | undefined;
+  /** What a create may name, for the error an unknown one gets. */
+  names(): string[];
+}
+
+/**
+ * A new sandbox's template start command, run once its envd answers and
+ * /init is done; resolves once its ready command succeeded (or at once when
+ * the template has neither).
+ */
+export type StartCommand = (target: EnvdTarget, rec: SandboxRecord) => Promise<void>;
 
 export interface ManagerOptions {
   store: Store;
@@ -32,7 +58,7 @@ export interface ManagerOptions {
   seed: Buffer;
   limits: ManagerLimits;
   /** The templates sandboxes can be created from. */
-  templates: { has(id: string): boolean; names(): string[] };
+  templates: TemplateResolver;
   defaults: { cpuCount: number; memoryMB: number; diskSizeMB: number };
   readyTimeoutMs: number;
   /** Sandbox starts at once and starts that may wait (default: one per CPU, 16 waiting per CPU). */
@@ -48,6 +74,8 @@ export interface ManagerOptions {
    * that fails (the create fails then).
    */
   prepare?: (target: EnvdTarget, dir: string, guest?: GuestIdentity) => Promise<void>;
+  /** Runs a new sandbox's template start and ready commands (templates/start-command.ts); absent: they are not run. */
+  startCommand?: StartCommand;
   /**
    * Before a sandbox whose vsock must stay quiet while paused (qemu) is
    * paused: close the control plane's own long-lived streams to it (activity

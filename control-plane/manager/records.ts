@@ -16,8 +16,9 @@ export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, s
   const now = Date.now();
   return {
     id,
-    templateId: shape.templateId,
-    alias: shape.templateId,
+    templateId: input.templateId,
+    ...(input.alias ? { alias: input.alias } : {}),
+    ...(input.boot ? { boot: input.boot } : {}),
     state: "creating",
     metadata: input.metadata ?? {},
     envVars: input.envVars ?? {},
@@ -82,11 +83,11 @@ export async function pushInit(envd: EnvdClient, rec: SandboxRecord, endpoint: E
     path: "/init",
     headers: { "x-access-token": currentToken },
     body: {
-      envVars: rec.envVars,
+      envVars: { ...rec.boot?.envs, ...rec.envVars },
       accessToken: rec.envdAccessToken,
       timestamp: new Date().toISOString(),
-      ...(inst.defaultUser ? { defaultUser: inst.defaultUser } : {}),
-      ...(inst.defaultWorkdir ? { defaultWorkdir: inst.defaultWorkdir } : {}),
+      ...((rec.boot?.user ?? inst.defaultUser) ? { defaultUser: rec.boot?.user ?? inst.defaultUser } : {}),
+      ...((rec.boot?.workdir ?? inst.defaultWorkdir) ? { defaultWorkdir: rec.boot?.workdir ?? inst.defaultWorkdir } : {}),
     },
   });
   if (res.status !== 204) throw new Error(`envd /init answered ${res.status}: ${res.body.toString().slice(0, 200)}`);

@@ -165,18 +165,20 @@ export class SandboxManager {
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
-    const templateId = input.templateId;
-    if (!this.o.templates.has(templateId)) {
-      throw new ControlPlaneError("not_found", `template '${templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with 'locale2b template build <name>')`);
+    const template = input.boot ? { templateId: input.templateId, boot: input.boot } : this.o.templates.resolve(input.templateId);
+    if (!template) {
+      throw new ControlPlaneError("not_found", `template '${input.templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with the E2B Template SDK or 'locale2b template build <name>')`);
     }
+    const image = template.boot.image;
     const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
     const from = input.fromSnapshot;
-    const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(templateId)).catch((err: Error) => {
-      throw new ControlPlaneError("unavailable", `template '${templateId}' runs on a runtime this host cannot start: ${err.message}`);
+    const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(image)).catch((err: Error) => {
+      throw new ControlPlaneError("unavailable", `template '${input.templateId}' runs on a runtime this host cannot start: ${err.message}`);
     });
-    const memoryMB = input.memoryMB ?? this.o.defaults.memoryMB;
-    const cpuCount = input.cpuCount ?? this.o.defaults.cpuCount;
-    const shape = { templateId, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
+    const memoryMB = input.memoryMB ?? ("memoryMB" in template ? template.memoryMB : undefined) ?? this.o.defaults.memoryMB;
+    const cpuCount = input.cpuCount ?? ("cpuCount" in template ? template.cpuCount : undefined) ?? this.o.defaults.cpuCount;
+    const shape = { templateId: image, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
+    input = { ...input, templateId: template.templateId, boot: template.boot, ...("alias" in template && template.alias ? { alias: template.alias } : {}) };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
     if (!egress && !from && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = this.warm.take();
@@ -217,6 +219,8 @@ export class SandboxManager {
         const endpoint = this.endpointOf(id, inst);
         await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
+        // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
+        if (from?.kind !== "memory") await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];

@@ -142,6 +142,7 @@ export class SnapshotService {
         ...(ref ? { name: ref.base } : {}),
         sandboxId,
         templateId: rec.templateId,
+        ...(rec.boot ? { boot: rec.boot } : {}),
         runtime: rec.runtime,
         kind,
         build,
@@ -207,6 +208,7 @@ export class SnapshotService {
         cpuCount: input.cpuCount ?? snap.cpuCount,
         memoryMB: input.memoryMB ?? snap.memoryMB,
         templateId: snap.templateId,
+        boot: snap.boot ?? { image: snap.templateId },
         diskSizeMB: snap.diskSizeMB,
         fromSnapshot: this.source(snap.build, snap.kind, snap.runtime, snap.sandboxId),
       }),
@@ -243,6 +245,8 @@ export class SnapshotService {
 function forkInput(parent: SandboxRecord, timeout: number, fromSnapshot: SnapshotSource): CreateSandboxInput {
   return {
     templateId: parent.templateId,
+    boot: parent.boot ?? { image: parent.templateId },
+    ...(parent.alias ? { alias: parent.alias } : {}),
     timeout,
     metadata: { ...parent.metadata },
     envVars: { ...parent.envVars },

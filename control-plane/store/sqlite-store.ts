@@ -4,6 +4,7 @@ import { dirname } from "node:path";
 import sqlite from "node-sqlite3-wasm";
 import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
+import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 
 const SCHEMA = [
@@ -41,6 +42,29 @@ const SCHEMA = [
      PRIMARY KEY (id, tag)
    )`,
   `CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots(created_at)`,
+  `CREATE TABLE IF NOT EXISTS templates (
+     id TEXT PRIMARY KEY,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL
+   )`,
+  `CREATE TABLE IF NOT EXISTS template_names (
+     name TEXT PRIMARY KEY,
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE
+   )`,
+  `CREATE TABLE IF NOT EXISTS template_builds (
+     id TEXT PRIMARY KEY,
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL
+   )`,
+  `CREATE INDEX IF NOT EXISTS template_builds_template ON template_builds(template_id, created_at)`,
+  `CREATE TABLE IF NOT EXISTS template_tags (
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
+     tag TEXT NOT NULL,
+     build_id TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     PRIMARY KEY (template_id, tag)
+   )`,
 ];
 
 const LIVE_STATES = ["creating", "running", "pausing", "paused", "resuming"];
@@ -233,6 +257,90 @@ export class SqliteStore implements Store {
 
   deleteSnapshot(id: string, tag: string): boolean {
     return this.db.run("DELETE FROM snapshots WHERE id = ? AND tag = ?", [id, tag]).changes > 0;
+  }
+
+  putTemplate(r: TemplateRecord): void {
+    this.tx(() => {
+      this.db.run(
+        `INSERT INTO templates (id, created_at, record) VALUES (?, ?, ?)
+         ON CONFLICT(id) DO UPDATE SET record = excluded.record`,
+        [r.id, r.createdAt, JSON.stringify(r)],
+      );
+      this.db.run("DELETE FROM template_names WHERE template_id = ?", [r.id]);
+      for (const name of r.names) this.db.run("INSERT INTO template_names (name, template_id) VALUES (?, ?)", [name, r.id]);
+    });
+  }
+
+  getTemplate(id: string): TemplateRecord | undefined {
+    const row = this.db.get("SELECT record FROM templates WHERE id = ?", [id]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as TemplateRecord) : undefined;
+  }
+
+  templateByName(name: string): TemplateRecord | undefined {
+    const row = this.db.get("SELECT t.record FROM template_names n JOIN templates t ON t.id = n.template_id WHERE n.name = ?", [name]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as TemplateRecord) : undefined;
+  }
+
+  listTemplates(): TemplateRecord[] {
+    return (this.db.all("SELECT record FROM templates ORDER BY created_at, id") as { record: string }[]).map((r) => JSON.parse(r.record) as TemplateRecord);
+  }
+
+  deleteTemplate(id: string): boolean {
+    return this.tx(() => {
+      this.db.run("DELETE FROM template_tags WHERE template_id = ?", [id]);
+      this.db.run("DELETE FROM template_builds WHERE template_id = ?", [id]);
+      this.db.run("DELETE FROM template_names WHERE template_id = ?", [id]);
+      return this.db.run("DELETE FROM templates WHERE id = ?", [id]).changes > 0;
+    });
+  }
+
+  putTemplateBuild(r: TemplateBuildRecord): void {
+    this.db.run(
+      `INSERT INTO template_builds (id, template_id, created_at, record) VALUES (?, ?, ?, ?)
+       ON CONFLICT(id) DO UPDATE SET record = excluded.record`,
+      [r.id, r.templateId, r.createdAt, JSON.stringify(r)],
+    );
+  }
+
+  getTemplateBuild(id: string): TemplateBuildRecord | undefined {
+    const row = this.db.get("SELECT record FROM template_builds WHERE id = ?", [id]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as TemplateBuildRecord) : undefined;
+  }
+
+  listTemplateBuilds(templateId?: string): TemplateBuildRecord[] {
+    const rows = (templateId
+      ? this.db.all("SELECT record FROM template_builds WHERE template_id = ? ORDER BY created_at DESC, id DESC", [templateId])
+      : this.db.all("SELECT record FROM template_builds ORDER BY created_at DESC, id DESC")) as { record: string }[];
+    return rows.map((r) => JSON.parse(r.record) as TemplateBuildRecord);
+  }
+
+  deleteTemplateBuild(id: string): void {
+    this.db.run("DELETE FROM template_builds WHERE id = ?", [id]);
+  }
+
+  putTemplateTag(r: TemplateTagRecord): void {
+    this.db.run(
+      `INSERT INTO template_tags (template_id, tag, build_id, created_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT(template_id, tag) DO UPDATE SET build_id = excluded.build_id, created_at = excluded.created_at`,
+      [r.templateId, r.tag, r.buildId, r.createdAt],
+    );
+  }
+
+  private tagOf(row: Record<string, unknown>): TemplateTagRecord {
+    return { templateId: String(row.template_id), tag: String(row.tag), buildId: String(row.build_id), createdAt: Number(row.created_at) };
+  }
+
+  getTemplateTag(templateId: string, tag: string): TemplateTagRecord | undefined {
+    const row = this.db.get("SELECT * FROM template_tags WHERE template_id = ? AND tag = ?", [templateId, tag]);
+    return row ? this.tagOf(row) : undefined;
+  }
+
+  listTemplateTags(templateId: string): TemplateTagRecord[] {
+    return this.db.all("SELECT * FROM template_tags WHERE template_id = ? ORDER BY created_at, tag", [templateId]).map((r) => this.tagOf(r));
+  }
+
+  deleteTemplateTag(templateId: string, tag: string): boolean {
+    return this.db.run("DELETE FROM template_tags WHERE template_id = ? AND tag = ?", [templateId, tag]).changes > 0;
   }
 
   getSetting(key: string): string | undefined {

@@ -1,5 +1,6 @@
 import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
+import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 
 export interface ApiKeyInfo {
   id: string;
@@ -12,7 +13,8 @@ export interface ApiKeyInfo {
 
 /**
  * Durable control-plane state in SQLite under the data dir: sandboxes (with
- * metadata), API keys (hashes only) and snapshots. Every write is committed
+ * metadata), API keys (hashes only), snapshots, and templates with their
+ * builds and tags. Every write is committed
  * before the call returns, so a crash loses nothing that was acknowledged.
  */
 export interface Store {
@@ -38,6 +40,28 @@ export interface Store {
   /** Newest first (createdAt, then id and tag descending). */
   listSnapshots(filter?: SnapshotFilter): SnapshotRecord[];
   deleteSnapshot(id: string, tag: string): boolean;
+
+  /** Inserts or replaces a template; its names must not belong to another template (the caller checks). */
+  putTemplate(record: TemplateRecord): void;
+  getTemplate(id: string): TemplateRecord | undefined;
+  /** The template one of whose names is `name`. */
+  templateByName(name: string): TemplateRecord | undefined;
+  /** Oldest first. */
+  listTemplates(): TemplateRecord[];
+  /** The template, its names, builds and tags; false when there was none. */
+  deleteTemplate(id: string): boolean;
+
+  putTemplateBuild(record: TemplateBuildRecord): void;
+  getTemplateBuild(id: string): TemplateBuildRecord | undefined;
+  /** Newest first; every template's when `templateId` is absent. */
+  listTemplateBuilds(templateId?: string): TemplateBuildRecord[];
+  deleteTemplateBuild(id: string): void;
+
+  /** Points a template's tag at a build (replacing where it pointed). */
+  putTemplateTag(record: TemplateTagRecord): void;
+  getTemplateTag(templateId: string, tag: string): TemplateTagRecord | undefined;
+  listTemplateTags(templateId: string): TemplateTagRecord[];
+  deleteTemplateTag(templateId: string, tag: string): boolean;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): string | undefined;
