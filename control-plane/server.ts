@@ -32,6 +32,8 @@ import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
 import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
+import { createTemplates, type Templates } from "./templates/wiring.js";
+import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 
 export interface ControlPlaneOptions {
@@ -122,10 +124,23 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     create: opts.createRuntime,
     templateRuntime: opts.templateRuntime ?? ((id) => catalog.runtimeOf(id)),
   });
+  const images = opts.imagesDir ?? imagesDir();
   const transport = new Transport();
   const envdRpc = new EnvdRpc();
   // Built once the manager runs; the manager's quiesce hook reaches it.
   let activity: Activity | undefined;
+  let snapshotsRef: SnapshotService | undefined;
+  const templates: Templates = createTemplates({
+    store,
+    catalog,
+    runtimes,
+    imagesDir: images,
+    dataDir: opts.dataDir,
+    seed: tokenSeed(store),
+    defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
+    snapshotNamed: (name) => snapshotsRef?.resolve(name) !== undefined,
+    log: log.child({ component: "templates" }),
+  });
   const manager = new SandboxManager({
     store,
     runtime,
@@ -135,7 +150,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     dataDir: opts.dataDir,
     seed: tokenSeed(store),
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
-    templates: catalog,
+    templates: templates.service,
+    startCommand: startCommandHook(envdRpc),
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
     admission: defaultAdmissionLimits(opts.admission),
@@ -153,6 +169,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   await manager.start();
   const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }) });
   snapshots.start();
+  snapshotsRef = snapshots;
+  templates.service.start();
   activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
@@ -160,6 +178,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const deps: ApiDeps = {
     manager,
     snapshots,
+    templates: templates.service,
+    templateFiles: templates.files,
     store,
     metrics,
     log,
@@ -236,6 +256,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       server.close();
       await closed;
       await activity.close();
+      await templates.close();
       await manager.close();
       metrics.close();
       store.close();

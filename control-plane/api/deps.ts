@@ -6,12 +6,18 @@ import type { SandboxManager } from "../manager/sandbox-manager.js";
 import type { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
 import type { SnapshotService } from "../snapshots/snapshot-service.js";
+import type { TemplateService } from "../templates/template-service.js";
+import type { TemplateFiles } from "../templates/uploads.js";
 
 /** What the API surfaces (REST, Connect, envd proxy) are built from. */
 export interface ApiDeps {
   manager: SandboxManager;
   /** Snapshots and fork (absent: the API refuses them). */
   snapshots?: SnapshotService;
+  /** Templates and their builds (absent: the template API answers that builds are not available). */
+  templates?: TemplateService;
+  /** Where the files of COPY steps are uploaded (with `templates`). */
+  templateFiles?: TemplateFiles;
   store: Store;
   metrics: ControlPlaneMetrics;
   log: Logger;

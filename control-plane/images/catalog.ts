@@ -9,9 +9,11 @@ import { findTemplateImage, imagesDir } from "./layout.js";
  * the server runs is usable at once).
  */
 export class TemplateCatalog {
-  constructor(private readonly dir = imagesDir()) {}
+  constructor(readonly dir = imagesDir()) {}
 
+  /** Names starting with `@` are builds of API templates (templates/template-service.ts), not templates of their own. */
   has(id: string): boolean {
+    if (id.startsWith("@")) return false;
     return id === "base" || findTemplateImage(id, this.dir) !== undefined;
   }
 

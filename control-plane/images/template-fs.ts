@@ -173,6 +173,26 @@ export async function writeGuestFile(root: string, guest: string, file: GuestFil
   return host;
 }
 
+/**
+ * Reads a file of the tree as the guest would (symlinks followed inside the
+ * tree, absolute targets relative to `root`), never a host file: for trees a
+ * sandbox made. Undefined when it is missing or not a regular file.
+ */
+export async function readGuestFile(root: string, guest: string): Promise<string | undefined> {
+  let path = guest;
+  for (let hops = 0; hops <= 40; hops++) {
+    const host = await guestPath(root, path);
+    const st = await lstat(host).catch(() => undefined);
+    if (!st) return undefined;
+    if (st.isSymbolicLink()) {
+      path = posix.resolve(posix.dirname(path), await readlink(host));
+      continue;
+    }
+    return st.isFile() ? readFile(host, "utf8") : undefined;
+  }
+  throw new Error(`too many symlinks resolving ${guest} in ${root}`);
+}
+
 /** Users from the tree's /etc/passwd: name → {uid, gid, home, shell}. */
 export function readPasswd(root: string): Map<string, { uid: number; gid: number; home: string; shell: string }> {
   const out = new Map<string, { uid: number; gid: number; home: string; shell: string }>();

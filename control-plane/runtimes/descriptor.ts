@@ -23,6 +23,8 @@ export interface RuntimeDescriptor {
   readonly warmPoolDefault: number;
   /** Its sandboxes run on the base template's root directory: `serve` (as root) builds it before starting. */
   readonly baseImageAtStart: boolean;
+  /** Its sandboxes boot an image's packed disk (rootfs.ext4), which template builds then make too. */
+  readonly bootsDisk: boolean;
   /** Where snapshots stand on this runtime, for the error a sandbox that can take none answers with. */
   readonly snapshotsHint: string;
   create(ctx: RuntimeContext): Promise<Runtime>;

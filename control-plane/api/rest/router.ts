@@ -8,6 +8,7 @@ import { logRoutes } from "./logs.js";
 import { metricRoutes } from "./metrics.js";
 import { sandboxByIdRoutes, sandboxRoutes } from "./sandboxes.js";
 import { snapshotRoutes } from "./snapshots.js";
+import { templateRoutes } from "./templates.js";
 
 /** What a route handler gets: the exchange, its path parameters and query, and the API's dependencies. */
 export interface RestContext {
@@ -27,13 +28,15 @@ export interface Route<H = Handler> {
   /** `/sandboxes/:sandboxID/pause`: `:name` segments are parameters. */
   path: string;
   handler: H;
+  /** The request authenticates itself (a signed URL the handler checks), not with an API key. */
+  signed?: boolean;
 }
 
 interface Compiled<H> extends Route<H> {
   segments: string[];
 }
 
-type Match<H> = { handler: H; params: Record<string, string>; path: string } | { allowed: string[] } | undefined;
+type Match<H> = { handler: H; params: Record<string, string>; path: string; signed?: boolean } | { allowed: string[] } | undefined;
 
 /**
  * A small method + path matcher. Routes are tried in order, so literal
@@ -55,7 +58,7 @@ export class Router<H = Handler> {
     for (const r of this.routes) {
       const params = matchSegments(r.segments, parts);
       if (!params) continue;
-      if (r.method === method) return { handler: r.handler, params, path: r.path };
+      if (r.method === method) return { handler: r.handler, params, path: r.path, ...(r.signed ? { signed: true } : {}) };
       allowed.add(r.method);
     }
     return allowed.size ? { allowed: [...allowed] } : undefined;
@@ -114,7 +117,8 @@ interface Audited {
 /**
  * The E2B control-plane REST API (the part the SDKs and CLI use). Unknown
  * paths are 404 and known paths under another method 405, both as JSON;
- * every route needs a valid API key (`X-API-KEY`), else 401.
+ * every route needs a valid API key (`X-API-KEY`), else 401, but the signed
+ * upload of a template's files (its URL carries its own authentication).
  */
 export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   const router = new Router().add(
@@ -124,6 +128,7 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
     ...lifecycleRoutes,
     ...logRoutes,
     ...snapshotRoutes,
+    ...templateRoutes,
   );
   return async (req, res) => {
     const t0 = performance.now();
@@ -139,8 +144,8 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
         });
       }
       const key = apiKeyFromHeaders(deps.store, req.headers);
-      audited = { action: `${method} ${m.path}`, actor: key?.id ?? "anonymous", ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
-      if (!key) return sendError(res, 401, MISSING_KEY_MESSAGE);
+      audited = { action: `${method} ${m.path}`, actor: key?.id ?? (m.signed ? "signed-url" : "anonymous"), ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
+      if (!key && !m.signed) return sendError(res, 401, MISSING_KEY_MESSAGE);
       await m.handler({ req, res, params: m.params, query: url.searchParams, deps, note: audited.note });
     } catch (err) {
       if (audited) audited.error = (err as Error)?.message;

@@ -1,7 +1,7 @@
 // E2B's snapshot and fork endpoints: POST /sandboxes/{id}/snapshots,
-// GET /snapshots (paged by X-Next-Token), DELETE /templates/{id} (how the
-// SDKs delete a snapshot) and POST /sandboxes/{id}/fork; and
-// GET /templates/aliases/{alias} (Template.exists), which snapshot names answer too.
+// GET /snapshots (paged by X-Next-Token) and POST /sandboxes/{id}/fork.
+// DELETE /templates/{id} (how the SDKs delete a snapshot) and
+// GET /templates/aliases/{alias} are in templates.ts: snapshots answer them too.
 import { ControlPlaneError } from "../../domain/errors.js";
 import { toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
@@ -43,23 +43,6 @@ async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {
   sendJson(res, 200, items.map(toSnapshotInfo), next ? { "x-next-token": next } : {});
 }
 
-/** DELETE /templates/{id}: the SDKs' deleteSnapshot. Built templates are the CLI's to remove. */
-async function deleteSnapshot({ res, params, deps }: RestContext): Promise<void> {
-  const ref = params.templateID!;
-  const snapshots = service(deps);
-  if (snapshots.delete(ref)) return sendNoContent(res);
-  if (snapshots.isTemplate(ref)) throw new HttpError(400, `'${ref}' is a template, not a snapshot: remove templates with 'locale2b template' on the server`);
-  throw new HttpError(404, `snapshot '${ref}' not found`);
-}
-
-/** GET /templates/aliases/{alias}: the SDKs' Template.exists(name) (a built template or a snapshot's name). */
-async function templateAlias({ res, params, deps }: RestContext): Promise<void> {
-  const alias = params.alias!;
-  const found = service(deps).alias(alias);
-  if (!found) throw new HttpError(404, `template '${alias}' not found: build it with 'locale2b template build ${alias}' on the server`);
-  sendJson(res, 200, found);
-}
-
 function forkError(err: Error): { code: number; message: string } {
   if (err instanceof ControlPlaneError) {
     const http = httpErrorFrom(err);
@@ -85,6 +68,4 @@ export const snapshotRoutes: Route[] = [
   { method: "POST", path: "/sandboxes/:sandboxID/snapshots", handler: createSnapshot },
   { method: "POST", path: "/sandboxes/:sandboxID/fork", handler: fork },
   { method: "GET", path: "/snapshots", handler: listSnapshots },
-  { method: "DELETE", path: "/templates/:templateID", handler: deleteSnapshot },
-  { method: "GET", path: "/templates/aliases/:alias", handler: templateAlias },
 ];

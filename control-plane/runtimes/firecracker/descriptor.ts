@@ -6,6 +6,7 @@ export const firecrackerRuntime: RuntimeDescriptor = {
   help: "Firecracker microVMs; needs hardware KVM",
   banner: "sandboxes are Firecracker microVMs (pause snapshots them to disk)",
   warmPoolDefault: 0,
+  bootsDisk: true,
   baseImageAtStart: false,
   snapshotsHint: "Firecracker microVMs take memory and filesystem snapshots",
   async create(ctx) {

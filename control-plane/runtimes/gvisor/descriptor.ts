@@ -6,6 +6,7 @@ export const gvisorRuntime: RuntimeDescriptor = {
   help: "runsc sandboxes: a user-space kernel; needs root and runsc",
   banner: "sandboxes are gVisor (runsc) sandboxes: a user-space kernel between their code and the host's (pause writes them to disk and frees their memory: runsc checkpoint)",
   warmPoolDefault: 0,
+  bootsDisk: false,
   baseImageAtStart: true,
   snapshotsHint: "gVisor sandboxes take memory and filesystem snapshots",
   async create(ctx) {

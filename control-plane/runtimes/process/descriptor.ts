@@ -5,6 +5,7 @@ export const processRuntime: RuntimeDescriptor = {
   help: "host processes in namespaces: a container-grade sandbox, zero-config",
   banner: "sandboxes are host processes, not microVMs (no VM isolation, no memory snapshots)",
   warmPoolDefault: 2,
+  bootsDisk: false,
   baseImageAtStart: true,
   snapshotsHint: "the process runtime takes filesystem snapshots when it runs as root (its sandbox mode)",
   async create() {

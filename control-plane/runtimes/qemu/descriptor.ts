@@ -6,6 +6,7 @@ export const qemuRuntime: RuntimeDescriptor = {
   help: "QEMU microVMs; KVM or emulation",
   banner: "sandboxes are QEMU microVMs (pause keeps them in memory)",
   warmPoolDefault: 0,
+  bootsDisk: true,
   baseImageAtStart: false,
   snapshotsHint: "QEMU microVMs take filesystem snapshots",
   async create(ctx) {

@@ -1,0 +1,119 @@
+// A root filesystem made by a build (or pulled from a registry) becomes an
+// image in the image cache: what locale2b puts into every guest added or
+// refreshed (envd, its Node, the init, hostname, the sandbox user), packed
+// into rootfs.ext4 when the runtime boots disks, with a manifest, under
+// `templates/<key>-<hash16>/` and `templates/<key>.current`. The folder is
+// made under a temporary name, private to root (a build's files are the
+// build's: a setuid binary in it is not for the host's users), and renamed
+// into place once complete.
+import { randomBytes } from "node:crypto";
+import { chmod, chown, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join, posix } from "node:path";
+import { ensureEnvdBundle } from "../images/envd-bundle.js";
+import { ensureInitBinary } from "../images/guest-init.js";
+import { GUEST, type TemplateManifest } from "../images/layout.js";
+import { HOSTNAME, packExt4 } from "../images/template-assemble.js";
+import { mustRun } from "../images/template-exec.js";
+import { guestMkdir, readGuestFile, removeTree, treeBytes, writeGuestFile } from "../images/template-fs.js";
+import { setCurrent } from "../images/template-store.js";
+
+export interface NewImage {
+  /** The image's key (`templates/<key>.current`). */
+  key: string;
+  /** `templates/<key>-<hash16>`. */
+  dir: string;
+  rootfsBytes: number;
+}
+
+/** A fresh private folder for an image's files; `rootfs/` is where the tree goes. */
+export async function imageWorkDir(imagesDir: string, key: string): Promise<{ dir: string; rootfs: string }> {
+  const templates = join(imagesDir, "templates");
+  await mkdir(templates, { recursive: true });
+  const dir = join(templates, `.tmp-${key}-${randomBytes(6).toString("hex")}`);
+  await mkdir(dir, { mode: 0o700 });
+  const rootfs = join(dir, "rootfs");
+  await mkdir(rootfs, { mode: 0o755 });
+  return { dir, rootfs };
+}
+
+/** Adds the sandbox user (uid/gid GUEST.uid) to a root that lacks it, by its files (the image may have no useradd). */
+async function ensureSandboxUser(rootfs: string): Promise<void> {
+  const passwd = (await readGuestFile(rootfs, "/etc/passwd")) ?? "";
+  const users = passwd.split("\n").map((l) => l.split(":"));
+  if (users.some((u) => u[0] === GUEST.user)) return;
+  if (users.some((u) => u[2] === String(GUEST.uid))) {
+    throw new Error(`uid ${GUEST.uid} belongs to another user in the image: locale2b's sandbox user '${GUEST.user}' needs it`);
+  }
+  const append = async (file: string, text: string, line: string, mode: number) =>
+    writeGuestFile(rootfs, file, { content: `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`, mode });
+  const shell = (await readGuestFile(rootfs, "/etc/shells"))?.includes("/bin/bash") ? "/bin/bash" : "/bin/sh";
+  await append("/etc/passwd", passwd, `${GUEST.user}:x:${GUEST.uid}:${GUEST.uid}::${GUEST.home}:${shell}`, 0o644);
+  const group = (await readGuestFile(rootfs, "/etc/group")) ?? "";
+  if (!group.split("\n").some((l) => l.startsWith(`${GUEST.user}:`))) await append("/etc/group", group, `${GUEST.user}:x:${GUEST.uid}:`, 0o644);
+  const shadow = await readGuestFile(rootfs, "/etc/shadow");
+  if (shadow !== undefined) await append("/etc/shadow", shadow, `${GUEST.user}:!:19000:0:99999:7:::`, 0o640);
+}
+
+/**
+ * Adds what locale2b puts into every guest to a root: envd and its Node, the
+ * init, the files the runtimes fill (hostname, hosts, resolv.conf), the
+ * sandbox user and its home. Files of an older build of these are replaced.
+ */
+export async function provisionGuest(imagesDir: string, rootfs: string, log?: (line: string) => void): Promise<void> {
+  const [bundle, init] = await Promise.all([ensureEnvdBundle(imagesDir, { log }), ensureInitBinary(imagesDir, log)]);
+  await writeGuestFile(rootfs, GUEST.node, { from: process.execPath, mode: 0o755 });
+  // A fresh folder: nothing of an older bundle (or of what a build put there) stays.
+  await removeTree(await guestMkdir(rootfs, posix.dirname(GUEST.envd)));
+  const envdDir = await guestMkdir(rootfs, posix.dirname(GUEST.envd));
+  await mustRun("copy the envd bundle", "cp", ["-a", "--reflink=auto", "--", `${bundle.dir}/.`, envdDir]);
+  await mustRun("own the envd bundle", "chown", ["-R", "-h", "0:0", envdDir]);
+  await writeGuestFile(rootfs, GUEST.init, { from: init, mode: 0o755 });
+  await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
+  await writeGuestFile(rootfs, "/etc/hosts", {
+    content: `127.0.0.1\tlocalhost\n127.0.1.1\t${HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n`,
+    mode: 0o644,
+  });
+  await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
+  await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
+  await ensureSandboxUser(rootfs);
+  const home = await guestMkdir(rootfs, GUEST.home, 0o750);
+  const st = await stat(home);
+  if (st.uid !== GUEST.uid) await chown(home, GUEST.uid, GUEST.uid);
+}
+
+/**
+ * Moves a finished work folder into place as the image `key` (packing
+ * rootfs.ext4 first when `ext4`), writes its manifest, and points
+ * `<key>.current` at it.
+ */
+export async function publishImage(
+  imagesDir: string,
+  work: { dir: string; rootfs: string },
+  key: string,
+  o: { ext4: boolean; diskSizeMB: number; description: unknown },
+): Promise<NewImage> {
+  const hash = randomBytes(8).toString("hex");
+  const rootfsBytes = await treeBytes(work.rootfs);
+  let imageBytes = 0;
+  if (o.ext4) imageBytes = (await packExt4(work.rootfs, join(work.dir, "rootfs.ext4"), o.diskSizeMB)).imageBytes;
+  const manifest: TemplateManifest = { name: key, hash, builtAt: new Date().toISOString(), definition: o.description, rootfsBytes, imageBytes };
+  await writeFile(join(work.dir, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
+  await chmod(work.dir, 0o700);
+  const id = `${key}-${hash}`;
+  const dir = join(imagesDir, "templates", id);
+  await rename(work.dir, dir);
+  await setCurrent(imagesDir, key, id);
+  return { key, dir, rootfsBytes };
+}
+
+/** Removes the image `key` (every folder of it and its `.current`). */
+export async function removeImage(imagesDir: string, key: string): Promise<void> {
+  const templates = join(imagesDir, "templates");
+  const names = await readdir(templates).catch(() => [] as string[]);
+  const prefix = `${key}-`;
+  for (const n of names) {
+    if (n === `${key}.current` || (n.startsWith(prefix) && /^[0-9a-f]{16}$/.test(n.slice(prefix.length)))) {
+      await rm(join(templates, n), { recursive: true, force: true });
+    }
+  }
+}

@@ -1,0 +1,430 @@
+// Templates as a resource (E2B's template API): create a template and its
+// builds, start a build, read its status and logs, list, update, tag,
+// delete, and resolve a create's template reference to what it boots.
+// Templates built from a definition on the server (rootfs/templates/*.yaml,
+// `base` first) are shown as built-in templates: public, read-only.
+import type { Logger } from "pino";
+import { ENVD_VERSION } from "../../envd/version.js";
+import { ControlPlaneError } from "../domain/errors.js";
+import type { SandboxBoot, BuildLogEntry, BuildSpec, RegistryAuth, TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
+import type { TemplateCatalog } from "../images/catalog.js";
+import { findTemplateImage } from "../images/layout.js";
+import type { ResolvedTemplate, TemplateResolver } from "../manager/options.js";
+import type { Store } from "../store/store.js";
+import { BuildLog, levelAtLeast } from "./build-log.js";
+import { builtInBuildId, DEFAULT_TAG, isTemplateId, newBuildId, newTemplateId, parseTemplateRef, printable, tagProblem, type TemplateRef } from "./names.js";
+import { checkBuildSpec } from "./steps.js";
+import type { TemplateFiles } from "./uploads.js";
+
+/** What a build start carries beside its spec: the registry's credentials, held in memory only. */
+export interface BuildStart {
+  spec: BuildSpec;
+  auth?: RegistryAuth;
+}
+
+/** Runs builds (templates/build-queue.ts); the service only records them. */
+export interface BuildRunner {
+  /** Queues a build; `log` is its log; the runner moves its status on through `update`. */
+  enqueue(build: TemplateBuildRecord, start: BuildStart, log: BuildLog): void;
+  /** Stops a queued or running build; false when it is neither. */
+  cancel(buildId: string): boolean;
+  /** Images (image-cache keys) builds under way boot or make: not to be removed. */
+  busy(buildId: string): boolean;
+}
+
+export interface TemplateDefaults {
+  cpuCount: number;
+  memoryMB: number;
+  diskSizeMB: number;
+}
+
+/** A template with its builds and tags, as the API shows it. */
+export interface TemplateView {
+  template: TemplateRecord;
+  /** Newest first. */
+  builds: TemplateBuildRecord[];
+  tags: TemplateTagRecord[];
+}
+
+/** A build log page: entries from `offset`. */
+export interface LogPage {
+  entries: BuildLogEntry[];
+}
+
+export interface TemplateServiceOptions {
+  store: Store;
+  catalog: TemplateCatalog;
+  files: TemplateFiles;
+  dataDir: string;
+  defaults: TemplateDefaults;
+  /** Whether a snapshot answers to this name (snapshots and templates share E2B's names). */
+  snapshotNamed?: (name: string) => boolean;
+  /** Whether a live sandbox or a snapshot boots this image (a template in use is not deleted). */
+  imageInUse?: (image: string) => string | undefined;
+  /** Removes a build's image from the image cache. */
+  removeImage?: (image: string) => Promise<void>;
+  log: Logger;
+}
+
+export class TemplateService implements TemplateResolver {
+  private runner: BuildRunner | undefined;
+  private readonly openLogs = new Map<string, BuildLog>();
+
+  constructor(private readonly o: TemplateServiceOptions) {}
+
+  /** Set once the build queue exists (it needs the service to record what happens). */
+  setRunner(runner: BuildRunner): void {
+    this.runner = runner;
+  }
+
+  /** A restarted server: builds that were under way when it stopped are failed (their sandbox went with it). */
+  start(): void {
+    for (const b of this.o.store.listTemplateBuilds()) {
+      if (b.status === "building" || (b.status === "waiting" && b.spec)) {
+        this.finish(b, "error", { message: "the build was interrupted by a restart of the server: build again" });
+      }
+    }
+  }
+
+  // --- names and resolution -------------------------------------------------
+
+  /** The template a reference names (id or name; namespace ignored), built-ins included. */
+  private find(ref: TemplateRef): TemplateRecord | undefined {
+    return this.builtIn(ref.base) ?? this.o.store.templateByName(ref.base) ?? (isTemplateId(ref.base) ? this.o.store.getTemplate(ref.base) : undefined);
+  }
+
+  private parse(raw: string): TemplateRef {
+    const r = parseTemplateRef(raw);
+    if ("problem" in r) throw new ControlPlaneError("invalid", r.problem);
+    return r;
+  }
+
+  /** A template by reference, or not_found. */
+  get(raw: string): TemplateView {
+    const ref = this.parse(raw);
+    const t = this.find(ref);
+    if (!t) throw new ControlPlaneError("not_found", `template '${printable(raw)}' not found`);
+    return this.view(t);
+  }
+
+  private view(t: TemplateRecord): TemplateView {
+    if (t.builtIn) {
+      const build = this.builtInBuild(t);
+      return { template: t, builds: build ? [build] : [], tags: build ? [{ templateId: t.id, tag: DEFAULT_TAG, buildId: build.id, createdAt: build.createdAt }] : [] };
+    }
+    return { template: t, builds: this.o.store.listTemplateBuilds(t.id), tags: this.o.store.listTemplateTags(t.id) };
+  }
+
+  /** Every template: the built-in ones first, then those built through the API, oldest first. */
+  list(): TemplateView[] {
+    const builtIn = this.o.catalog.names().map((n) => this.builtIn(n)!).filter(Boolean);
+    return [...builtIn, ...this.o.store.listTemplates()].map((t) => this.view(t));
+  }
+
+  /** GET /templates/aliases/{alias}: E2B's Template.exists. */
+  alias(raw: string): { templateID: string; public: boolean } | undefined {
+    const r = parseTemplateRef(raw);
+    if ("problem" in r) return undefined;
+    const t = this.find(r);
+    return t ? { templateID: t.id, public: t.public } : undefined;
+  }
+
+  resolve(raw: string): ResolvedTemplate | undefined {
+    const r = parseTemplateRef(raw);
+    if ("problem" in r) return undefined;
+    const t = this.find(r);
+    if (!t) return undefined;
+    const build = this.taggedBuild(t, r.tag ?? DEFAULT_TAG);
+    if (!build?.result) return undefined;
+    const { rootfsBytes: _size, ...boot } = build.result;
+    if (!t.builtIn) this.o.store.putTemplate({ ...t, spawnCount: t.spawnCount + 1, lastSpawnedAt: Date.now() });
+    const alias = t.names.includes(r.base) ? r.base : t.names[0];
+    return { templateId: t.id, ...(alias ? { alias } : {}), boot, cpuCount: t.cpuCount, memoryMB: t.memoryMB };
+  }
+
+  /** What a template reference boots (a build's base), without counting a spawn. */
+  baseOf(raw: string): SandboxBoot | undefined {
+    const r = parseTemplateRef(raw);
+    if ("problem" in r) return undefined;
+    const t = this.find(r);
+    const result = t ? this.taggedBuild(t, r.tag ?? DEFAULT_TAG)?.result : undefined;
+    if (!result) return undefined;
+    const { rootfsBytes: _size, ...boot } = result;
+    return boot;
+  }
+
+  names(): string[] {
+    return [...new Set([...this.o.catalog.names(), ...this.o.store.listTemplates().flatMap((t) => t.names)])].sort();
+  }
+
+  /** The build a tag of a template points at. */
+  private taggedBuild(t: TemplateRecord, tag: string): TemplateBuildRecord | undefined {
+    if (t.builtIn) return tag === DEFAULT_TAG ? this.builtInBuild(t) : undefined;
+    const rec = this.o.store.getTemplateTag(t.id, tag);
+    return rec ? this.o.store.getTemplateBuild(rec.buildId) : undefined;
+  }
+
+  /** A template built from a definition on the server (`base`), shown as a public template with one build. */
+  private builtIn(name: string): TemplateRecord | undefined {
+    if (name.startsWith("@") || !this.o.catalog.has(name)) return undefined;
+    const image = findTemplateImage(name, this.o.catalog.dir);
+    const at = image ? Date.parse(image.manifest.builtAt) : 0;
+    return {
+      id: name,
+      names: [name],
+      public: true,
+      ...this.o.defaults,
+      createdAt: at,
+      updatedAt: at,
+      spawnCount: 0,
+      buildCount: image ? 1 : 0,
+      builtIn: true,
+    };
+  }
+
+  private builtInBuild(t: TemplateRecord): TemplateBuildRecord | undefined {
+    const image = findTemplateImage(t.id, this.o.catalog.dir);
+    if (!image) return undefined;
+    return {
+      id: builtInBuildId(image.hash),
+      templateId: t.id,
+      status: "ready",
+      ...this.o.defaults,
+      tags: [DEFAULT_TAG],
+      result: { image: t.id, rootfsBytes: image.manifest.rootfsBytes },
+      envdVersion: ENVD_VERSION,
+      createdAt: t.createdAt,
+      updatedAt: t.createdAt,
+      finishedAt: t.createdAt,
+    };
+  }
+
+  // --- builds ---------------------------------------------------------------
+
+  /**
+   * POST /v3/templates (and /v2): a template (new, or the one of that name)
+   * and a build waiting for its start. `name` may carry a tag (`name:tag`).
+   */
+  requestBuild(input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): { template: TemplateRecord; build: TemplateBuildRecord; tags: string[] } {
+    const ref = this.parse(input.name);
+    if (ref.base.startsWith("@") || this.o.catalog.has(ref.base)) {
+      throw new ControlPlaneError("invalid", `template '${ref.base}' is built on the server from rootfs/templates/${ref.base}.yaml: build your own on top of it (Template().fromTemplate('${ref.base}')) under another name`);
+    }
+    if (this.o.snapshotNamed?.(ref.base)) throw new ControlPlaneError("invalid", `a snapshot is named '${ref.base}': templates and snapshots share names, choose another`);
+    const tags = [...new Set([...(ref.tag !== undefined ? [ref.tag] : []), ...(input.tags ?? [])])];
+    for (const tag of tags) {
+      const problem = tagProblem(tag);
+      if (problem) throw new ControlPlaneError("invalid", problem);
+    }
+    if (tags.length === 0) tags.push(DEFAULT_TAG);
+    const now = Date.now();
+    const existing = this.o.store.templateByName(ref.base) ?? (isTemplateId(ref.base) ? this.o.store.getTemplate(ref.base) : undefined);
+    for (const b of existing ? this.o.store.listTemplateBuilds(existing.id) : []) {
+      if (b.status === "building" || (b.status === "waiting" && b.spec)) {
+        throw new ControlPlaneError("conflict", `template '${ref.base}' has a build under way (${b.id}): wait for it to finish, or delete the template to stop it`);
+      }
+      // Requested and never started: the new request replaces it.
+      if (b.status === "waiting") this.finish(b, "error", { message: "replaced by a newer build request before it was started" });
+    }
+    const cpuCount = input.cpuCount ?? existing?.cpuCount ?? this.o.defaults.cpuCount;
+    const memoryMB = input.memoryMB ?? existing?.memoryMB ?? this.o.defaults.memoryMB;
+    const template: TemplateRecord = existing
+      ? { ...existing, cpuCount, memoryMB, updatedAt: now, buildCount: existing.buildCount + 1 }
+      : {
+          id: isTemplateId(ref.base) ? ref.base : newTemplateId(),
+          names: isTemplateId(ref.base) ? [] : [ref.base],
+          public: false,
+          cpuCount,
+          memoryMB,
+          diskSizeMB: this.o.defaults.diskSizeMB,
+          createdAt: now,
+          updatedAt: now,
+          spawnCount: 0,
+          buildCount: 1,
+        };
+    const build: TemplateBuildRecord = {
+      id: newBuildId(),
+      templateId: template.id,
+      status: "waiting",
+      cpuCount,
+      memoryMB,
+      diskSizeMB: template.diskSizeMB,
+      tags,
+      envdVersion: ENVD_VERSION,
+      createdAt: now,
+      updatedAt: now,
+    };
+    this.o.store.putTemplate(template);
+    this.o.store.putTemplateBuild(build);
+    this.o.log.info({ templateId: template.id, buildId: build.id, name: ref.base, tags }, "template build requested");
+    return { template, build, tags };
+  }
+
+  /** A build of a template (by reference), or not_found. */
+  build(templateRef: string, buildId: string): { template: TemplateRecord; build: TemplateBuildRecord } {
+    const view = this.get(templateRef);
+    const build = view.builds.find((b) => b.id === buildId);
+    if (!build) throw new ControlPlaneError("not_found", `build '${printable(buildId)}' of template '${printable(templateRef)}' not found`);
+    return { template: view.template, build };
+  }
+
+  /** POST /v2/templates/{id}/builds/{buildID}: checks the spec and queues the build. */
+  startBuild(templateRef: string, buildId: string, start: BuildStart): void {
+    const { template, build } = this.build(templateRef, buildId);
+    if (template.builtIn) throw new ControlPlaneError("invalid", `template '${template.id}' is built on the server; it takes no builds through the API`);
+    if (build.status !== "waiting" || build.spec) throw new ControlPlaneError("conflict", `build ${build.id} was already started (it is ${build.status}): request a new build`);
+    checkBuildSpec(start.spec, { fileKnown: (hash) => this.o.files.path(hash) !== undefined, fromTemplate: (ref) => this.checkBase(ref, template) });
+    if (!this.runner) throw new ControlPlaneError("unavailable", "template builds are not available on this server");
+    const queued = this.o.store.getTemplateBuild(build.id)!;
+    const next = { ...queued, spec: start.spec, updatedAt: Date.now() };
+    this.o.store.putTemplateBuild(next);
+    const log = this.logOf(build.id);
+    log.add({ timestamp: Date.now(), level: "info", message: `build ${build.id} of template ${template.id} queued` });
+    this.runner.enqueue(next, start, log);
+  }
+
+  /** Why `fromTemplate` cannot be built on, or undefined. */
+  private checkBase(raw: string, building: TemplateRecord): string | undefined {
+    const r = parseTemplateRef(raw);
+    if ("problem" in r) return r.problem;
+    const t = this.find(r);
+    if (!t) return `base template '${printable(raw)}' not found`;
+    if (t.id === building.id) return `a template cannot be built from itself ('${printable(raw)}')`;
+    if (!this.taggedBuild(t, r.tag ?? DEFAULT_TAG)?.result) return `base template '${printable(raw)}' has no ready build${r.tag ? ` tagged '${r.tag}'` : ""}`;
+    return undefined;
+  }
+
+  /** Updates a build as it runs (the runner calls it), and on `ready` points its tags at it. */
+  update(buildId: string, change: Partial<Pick<TemplateBuildRecord, "status" | "reason" | "result">>): TemplateBuildRecord | undefined {
+    const b = this.o.store.getTemplateBuild(buildId);
+    if (!b) return undefined;
+    if (change.status === "ready" || change.status === "error") return this.finish(b, change.status, change.reason, change.result);
+    const next = { ...b, ...change, updatedAt: Date.now() };
+    this.o.store.putTemplateBuild(next);
+    return next;
+  }
+
+  private finish(b: TemplateBuildRecord, status: "ready" | "error", reason?: TemplateBuildRecord["reason"], result?: TemplateBuildRecord["result"]): TemplateBuildRecord {
+    const now = Date.now();
+    const next: TemplateBuildRecord = { ...b, status, updatedAt: now, finishedAt: now, ...(reason ? { reason } : {}), ...(result ? { result } : {}) };
+    this.o.store.putTemplateBuild(next);
+    if (status === "ready") {
+      for (const tag of b.tags) this.o.store.putTemplateTag({ templateId: b.templateId, tag, buildId: b.id, createdAt: now });
+      const t = this.o.store.getTemplate(b.templateId);
+      if (t) this.o.store.putTemplate({ ...t, cpuCount: b.cpuCount, memoryMB: b.memoryMB, updatedAt: now });
+    }
+    const log = this.openLogs.get(b.id);
+    if (log) {
+      log.add({ timestamp: now, level: status === "ready" ? "info" : "error", message: status === "ready" ? "build ready" : `build failed: ${reason?.message ?? "unknown error"}`, step: reason?.step });
+      log.release();
+      this.openLogs.delete(b.id);
+    }
+    this.o.log.info({ templateId: b.templateId, buildId: b.id, status, reason: reason?.message }, "template build finished");
+    return next;
+  }
+
+  /** A build's log (in memory while the build runs). */
+  logOf(buildId: string): BuildLog {
+    let log = this.openLogs.get(buildId);
+    if (!log) {
+      log = new BuildLog(`${this.o.dataDir}/template-builds/${buildId}.jsonl`);
+      const b = this.o.store.getTemplateBuild(buildId);
+      if (b && (b.status === "waiting" || b.status === "building")) this.openLogs.set(buildId, log);
+    }
+    return log;
+  }
+
+  /** GET .../status: the build and its log entries from `offset` (at most `limit`, at least `level`). */
+  status(templateRef: string, buildId: string, o: { offset: number; limit: number; level?: BuildLogEntry["level"] }): { build: TemplateBuildRecord; entries: BuildLogEntry[]; reasonEntries: BuildLogEntry[] } {
+    const { build } = this.build(templateRef, buildId);
+    const all = this.logOf(build.id).all();
+    const entries = all.slice(o.offset).filter((e) => levelAtLeast(e, o.level)).slice(0, o.limit);
+    const reasonEntries = build.status === "error" ? all.filter((e) => e.level !== "debug" && (build.reason?.step === undefined || e.step === build.reason.step)).slice(-20) : [];
+    return { build, entries, reasonEntries };
+  }
+
+  /** GET .../logs: entries from a timestamp cursor, forward or backward. */
+  logs(templateRef: string, buildId: string, o: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: BuildLogEntry["level"] }): BuildLogEntry[] {
+    const { build } = this.build(templateRef, buildId);
+    const all = this.logOf(build.id).all().filter((e) => levelAtLeast(e, o.level));
+    if (o.direction === "backward") {
+      const before = o.cursor === undefined ? all : all.filter((e) => e.timestamp <= o.cursor!);
+      return before.slice(-o.limit).reverse();
+    }
+    const after = o.cursor === undefined ? all : all.filter((e) => e.timestamp >= o.cursor!);
+    return after.slice(0, o.limit);
+  }
+
+  // --- changes --------------------------------------------------------------
+
+  /** PATCH /templates/{id}: whether every key may create from it (there is one team here: it changes what the API shows). */
+  setPublic(templateRef: string, isPublic: boolean | undefined): TemplateRecord {
+    const t = this.get(templateRef).template;
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server and is always public`);
+    const next = { ...t, ...(isPublic !== undefined ? { public: isPublic } : {}), updatedAt: Date.now() };
+    this.o.store.putTemplate(next);
+    return next;
+  }
+
+  /** DELETE /templates/{id}: its builds stop, its images go; refused while sandboxes or snapshots use it. */
+  async delete(templateRef: string): Promise<void> {
+    const { template: t, builds } = this.get(templateRef);
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server from rootfs/templates/${t.id}.yaml: remove it there ('locale2b template' on the server)`);
+    for (const b of builds) {
+      const user = b.result ? this.o.imageInUse?.(b.result.image) : undefined;
+      if (user) throw new ControlPlaneError("conflict", `template '${t.names[0] ?? t.id}' is still used by ${user}: kill those sandboxes and delete those snapshots first`);
+    }
+    for (const b of builds) this.runner?.cancel(b.id);
+    this.o.store.deleteTemplate(t.id);
+    for (const b of builds) {
+      this.logOf(b.id).remove();
+      this.openLogs.delete(b.id);
+      if (b.result) await this.o.removeImage?.(b.result.image).catch((err: unknown) => this.o.log.warn({ err, image: b.result!.image }, "removing a template's image failed"));
+    }
+    this.o.log.info({ templateId: t.id, builds: builds.length }, "template deleted");
+  }
+
+  /** POST /templates/tags: `target` is `name:tag` (or `name`, the default tag): its build gets `tags` too. */
+  assignTags(target: string, tags: string[]): { buildId: string; tags: string[] } {
+    const ref = this.parse(target);
+    const t = this.find(ref);
+    if (!t) throw new ControlPlaneError("not_found", `template '${printable(target)}' not found`);
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: it has only the tag '${DEFAULT_TAG}'`);
+    if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
+    for (const tag of tags) {
+      const problem = tagProblem(tag);
+      if (problem) throw new ControlPlaneError("invalid", problem);
+    }
+    const build = this.taggedBuild(t, ref.tag ?? DEFAULT_TAG);
+    if (!build || build.status !== "ready") throw new ControlPlaneError("not_found", `template '${printable(target)}' has no ready build to tag`);
+    const now = Date.now();
+    for (const tag of tags) this.o.store.putTemplateTag({ templateId: t.id, tag, buildId: build.id, createdAt: now });
+    return { buildId: build.id, tags };
+  }
+
+  /** DELETE /templates/tags. */
+  deleteTags(name: string, tags: string[]): void {
+    const ref = this.parse(name);
+    const t = this.find(ref);
+    if (!t) throw new ControlPlaneError("not_found", `template '${printable(name)}' not found`);
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: its tag cannot be removed`);
+    if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
+    const missing = tags.filter((tag) => !this.o.store.getTemplateTag(t.id, tag));
+    if (missing.length) throw new ControlPlaneError("not_found", `template '${printable(name)}' has no tag ${missing.map((m) => `'${printable(m)}'`).join(", ")}`);
+    for (const tag of tags) this.o.store.deleteTemplateTag(t.id, tag);
+  }
+
+  /** GET /templates/{id}/files/{hash}: whether the files are here, and where to upload them if not. */
+  fileUpload(templateRef: string, hash: string, baseUrl: string): { present: boolean; url?: string } {
+    const t = this.get(templateRef).template;
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server; it takes no files`);
+    const present = this.o.files.path(hash) !== undefined;
+    if (present) this.o.files.touch(hash);
+    return present ? { present } : { present, url: this.o.files.uploadUrl(baseUrl, t.id, hash) };
+  }
+
+  /** Whether `templateId` is a template whose files may be uploaded (the PUT names it by id). */
+  acceptsFiles(templateId: string): boolean {
+    return !!this.o.store.getTemplate(templateId);
+  }
+}
