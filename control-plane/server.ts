@@ -151,7 +151,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     seed: tokenSeed(store),
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
     templates: templates.service,
-    startCommand: startCommandHook(envdRpc),
+    startCommand: startCommandHook(envdRpc, templates.settings.readyTimeoutMs),
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     readyTimeoutMs: 30_000,
     admission: defaultAdmissionLimits(opts.admission),

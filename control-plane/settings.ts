@@ -49,6 +49,7 @@ export const SETTINGS = {
   LOCALE2B_TEMPLATE_BUILD_DISK_MB: { what: "disk of a template build's sandbox, MiB (sparse: only what it writes takes space)", default: "10240", reader: "serve" },
   LOCALE2B_TEMPLATE_CACHE_MB: { what: "template build step cache size, MiB (the results used longest ago go first)", default: "20480", reader: "serve" },
   LOCALE2B_TEMPLATE_UPLOAD_MAX_MB: { what: "largest COPY upload of a template build, MiB", default: "2048", reader: "serve" },
+  LOCALE2B_TEMPLATE_READY_TIMEOUT_S: { what: "seconds a template's ready command may take to succeed (its build's check, and each create)", default: "600", reader: "serve" },
   LOCALE2B_TEMPLATE_UPLOAD_TTL_S: { what: "seconds a template file upload URL stays valid", default: "3600", reader: "serve" },
   LOCALE2B_DNS: { what: "name servers for sandboxes with their own network, comma-separated", default: "the host's non-loopback ones", reader: "serve" },
   LOCALE2B_ENVD_LOG_LEVEL: { what: "envd's log level in sandboxes", default: "info", reader: "serve" },

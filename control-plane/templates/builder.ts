@@ -55,6 +55,8 @@ export interface BuilderDeps {
   pull(ref: string, auth: RegistryAuth | undefined, signal: AbortSignal, say: (message: string) => void): Promise<PulledBase>;
   /** The disk a build sandbox gets (sparse: only what it writes takes space). */
   buildDiskMB: number;
+  /** How long the ready command may take on the new image. */
+  readyTimeoutMs: number;
   log: Logger;
 }
 
@@ -309,7 +311,7 @@ export class TemplateBuilder {
       throw new BuildFailure(err.message, "finalize");
     });
     try {
-      await runStartCommand(new EnvdRpc(), sandbox.target, boot, { signal, onLine: (l) => say(l, "finalize") }).catch((err: Error) => {
+      await runStartCommand(new EnvdRpc(), sandbox.target, boot, { signal, timeoutMs: this.d.readyTimeoutMs, onLine: (l) => say(l, "finalize") }).catch((err: Error) => {
         throw new BuildFailure(err.message, "finalize");
       });
     } finally {

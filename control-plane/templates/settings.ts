@@ -9,6 +9,8 @@ export interface TemplateSettings {
   cacheBytes: number;
   uploadMaxBytes: number;
   uploadTtlSeconds: number;
+  /** How long a template's ready command may take to succeed (a build's check, and each create). */
+  readyTimeoutMs: number;
 }
 
 const MiB = 1024 * 1024;
@@ -29,5 +31,6 @@ export function templateSettings(env: NodeJS.ProcessEnv = process.env): Template
     cacheBytes: int("LOCALE2B_TEMPLATE_CACHE_MB", 20480, 0, 100 * 1024 * 1024, env) * MiB,
     uploadMaxBytes: int("LOCALE2B_TEMPLATE_UPLOAD_MAX_MB", 2048, 1, 1024 * 1024, env) * MiB,
     uploadTtlSeconds: int("LOCALE2B_TEMPLATE_UPLOAD_TTL_S", 3600, 10, 7 * 24 * 3600, env),
+    readyTimeoutMs: int("LOCALE2B_TEMPLATE_READY_TIMEOUT_S", 600, 1, 24 * 3600, env) * 1000,
   };
 }

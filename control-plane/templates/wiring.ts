@@ -19,6 +19,7 @@ import { TemplateFiles } from "./uploads.js";
 
 export interface Templates {
   service: TemplateService;
+  settings: TemplateSettings;
   files: TemplateFiles;
   queue: BuildQueue;
   close(): Promise<void>;
@@ -78,9 +79,10 @@ export function createTemplates(o: {
         log: o.log,
       }),
     buildDiskMB: settings.buildDiskMB,
+    readyTimeoutMs: settings.readyTimeoutMs,
     log: o.log,
   });
   const queue = new BuildQueue(builder, (id, change) => void service.update(id, change), { concurrent: settings.concurrentBuilds, timeoutMs: settings.buildTimeoutMs }, o.log);
   service.setRunner(queue);
-  return { service, files, queue, close: () => queue.close() };
+  return { service, settings, files, queue, close: () => queue.close() };
 }
