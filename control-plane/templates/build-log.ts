@@ -7,7 +7,7 @@ import type { BuildLogEntry } from "../domain/template.js";
 
 /** A line longer than this is cut (a progress bar without newlines, a binary blob). */
 const MAX_MESSAGE = 8 * 1024;
-/** Past this many entries a build's log keeps only every level but debug, then stops, saying so once. */
+/** Past this many entries a build's log stops, saying so once. */
 const MAX_ENTRIES = 200_000;
 
 const LEVELS = ["debug", "info", "warn", "error"] as const;
@@ -19,11 +19,13 @@ export function levelAtLeast(entry: BuildLogEntry, min: BuildLogEntry["level"] |
 export class BuildLog {
   private entries: BuildLogEntry[] | undefined;
   private full = false;
+  private removed = false;
 
   constructor(readonly file: string) {}
 
   /** Appends an entry (to memory and the file). */
   add(entry: BuildLogEntry): void {
+    if (this.removed) return;
     const list = this.load();
     if (list.length >= MAX_ENTRIES) {
       if (this.full) return;
@@ -50,7 +52,9 @@ export class BuildLog {
     this.entries = undefined;
   }
 
+  /** The build's template was deleted: its log goes, and what the build still reports is dropped. */
   remove(): void {
+    this.removed = true;
     this.entries = [];
     rmSync(this.file, { force: true });
   }
