@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { TemplateFiles } from "../../control-plane/templates/uploads.js";
+import { imagesDir } from "../../control-plane/images/layout.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
 
@@ -173,7 +174,7 @@ describe.skipIf(skip !== undefined)(`the template API under bad input${skip ? ` 
     expect(s.reason?.step).toBe("2");
     expect(s.reason?.message).toMatch(/No space left on device/);
     expect(buildDirs()).toEqual(before);
-    expect(existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? join(cp.dataDir, "images"), "templates", `@${buildID}.current`))).toBe(false);
+    expect(existsSync(join(imagesDir(), "templates", `@${buildID}.current`))).toBe(false);
     expect((await api("GET", "/health")).status).toBe(200);
   });
 
