@@ -38,6 +38,7 @@ export const SETTINGS = {
   LOCALE2B_IMAGES_DIR: { what: "image cache: templates, guest kernel, envd bundle, init", default: "<data dir>/images", reader: "templates" },
   LOCALE2B_KERNEL: { what: "guest kernel for the VM runtimes", default: "the last kernel built into the image cache", reader: "templates" },
   LOCALE2B_DEBIAN_MIRROR: { what: "Debian mirror template builds use", default: "the template's mirror", reader: "templates" },
+  LOCALE2B_IMAGE_CA_DIR: { what: "CA certificates (*.crt) template builds copy into images, trusted there; none: no CAs", default: "/usr/local/share/ca-certificates (the host's locally added CAs)", reader: "templates" },
   LOCALE2B_DNS: { what: "name servers for sandboxes with their own network, comma-separated", default: "the host's non-loopback ones", reader: "serve" },
   LOCALE2B_ENVD_LOG_LEVEL: { what: "envd's log level in sandboxes", default: "info", reader: "serve" },
   LOCALE2B_CGROUP_PARENT: { what: "process runtime: the cgroup sandboxes go under", default: "the server's own", reader: "process" },
