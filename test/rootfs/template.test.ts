@@ -2,8 +2,10 @@
 // base` into the CI image cache (skipped, saying why, without root or
 // debootstrap).
 import { spawn, spawnSync } from "node:child_process";
-import { X509Certificate } from "node:crypto";
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { createHash, X509Certificate } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -12,6 +14,8 @@ import { GUEST } from "../../control-plane/images/layout.js";
 import { buildTemplate, templateHash } from "../../control-plane/images/template-build.js";
 import { DefinitionError, layerHash, loadDefinition, parseDefinition, templateInputs } from "../../control-plane/images/template-definition.js";
 import { LOCAL_CA_DIR, localCADir, readLocalCAs } from "../../control-plane/images/local-cas.js";
+import { ensureNpmTarballs, npmTarballPath } from "../../control-plane/images/npm-tarballs.js";
+import { installUserNode } from "../../control-plane/images/template-node.js";
 import { findExecutable } from "../../control-plane/host/executables.js";
 import { guestPath, writeGuestFile } from "../../control-plane/images/template-fs.js";
 import { acquireLock } from "../../control-plane/images/template-store.js";
@@ -199,6 +203,104 @@ describe("building blocks", () => {
     expect(localCADir({})).toBe(LOCAL_CA_DIR);
     expect(localCADir({ LOCALE2B_IMAGE_CA_DIR: "none" })).toBeUndefined();
     expect(localCADir({ LOCALE2B_IMAGE_CA_DIR: dir })).toBe(dir);
+  });
+
+  it("installs the user's Node and self-contained npm packages as npm install -g would; refuses what it cannot install safely", async () => {
+    const root = join(scratch, "node-root");
+    mkdirSync(join(root, "usr", "local", "bin"), { recursive: true });
+    const fakeNode = join(scratch, "fake-node");
+    writeFileSync(fakeNode, "#!/bin/sh\necho v0\n");
+    const tarball = (name: string, files: Record<string, string>, links: Record<string, string> = {}) => {
+      const dir = mkdtempSync(join(scratch, "pkg-"));
+      for (const [p, body] of Object.entries(files)) {
+        mkdirSync(join(dir, "package", p, ".."), { recursive: true });
+        writeFileSync(join(dir, "package", p), body);
+      }
+      for (const [p, target] of Object.entries(links)) symlinkSync(target, join(dir, "package", p));
+      const file = join(scratch, `${name}.tgz`);
+      expect(spawnSync("tar", ["-czf", file, "-C", dir, "package"]).status).toBe(0);
+      const pj = JSON.parse(files["package.json"]!) as { name: string; version: string };
+      return { name: pj.name, version: pj.version, spec: `${pj.name}@${pj.version}`, file, sha256: "", cached: true };
+    };
+    const good = tarball("good", {
+      "package.json": JSON.stringify({ name: "@demo/tiny", version: "1.0.0", bin: { tiny: "./bin/tiny.js" }, dependencies: { dep: "^1.0.0" } }),
+      "bin/tiny.js": "#!/usr/bin/env node\n",
+      "node_modules/dep/package.json": JSON.stringify({ name: "dep", version: "1.2.0" }),
+    });
+    const bins = await installUserNode(root, fakeNode, [good], join(scratch, "node-work-1"));
+    expect(bins).toEqual(["tiny"]);
+    expect(readFileSync(join(root, "usr/local/bin/node"), "utf8")).toContain("echo v0");
+    expect(readlinkSync(join(root, "usr/local/bin/nodejs"))).toBe("node");
+    expect(readlinkSync(join(root, "usr/local/bin/tiny"))).toBe("../lib/node_modules/@demo/tiny/bin/tiny.js");
+    expect(statSync(join(root, "usr/local/lib/node_modules/@demo/tiny/bin/tiny.js")).mode & 0o777).toBe(0o755);
+    expect(existsSync(join(root, "usr/local/lib/node_modules/@demo/tiny/node_modules/dep/package.json"))).toBe(true);
+
+    const refused = async (t: ReturnType<typeof tarball>) => (await installUserNode(root, fakeNode, [t], mkdtempSync(join(scratch, "node-work-"))).then(() => "installed", (e: Error) => e.message));
+    const unbundled = tarball("unbundled", { "package.json": JSON.stringify({ name: "needs-deps", version: "2.0.0", dependencies: { "left-pad": "^1", dep: "^1" } }) });
+    expect(await refused(unbundled)).toMatch(/install needs-deps@2\.0\.0 for the user's Node failed: it depends on left-pad, dep, not bundled in its tarball: node\.packages takes self-contained packages only/);
+    const outside = tarball("outside", { "package.json": JSON.stringify({ name: "outside", version: "1.0.0", bin: { evil: "../../../../etc/passwd" } }) });
+    expect(await refused(outside)).toMatch(/its bin entry "evil": "\.\.\/\.\.\/\.\.\/\.\.\/etc\/passwd" points outside the package/);
+    // A bin that is a link (here to a host file): never made executable through it.
+    const hostFile = join(scratch, "host-file");
+    writeFileSync(hostFile, "host\n", { mode: 0o600 });
+    const linked = tarball("linked", { "package.json": JSON.stringify({ name: "linked", version: "1.0.0", bin: { x: "bin/x" } }), "bin/.keep": "" }, { "bin/x": hostFile });
+    expect(await refused(linked)).toMatch(/its bin entry "x": bin\/x is not a file in the package/);
+    expect(statSync(hostFile).mode & 0o777).toBe(0o600);
+    const wrong = tarball("wrong", { "package.json": JSON.stringify({ name: "other", version: "9.9.9" }) });
+    expect(await refused({ ...wrong, name: "asked", version: "1.0.0", spec: "asked@1.0.0" })).toMatch(/the tarball is other@9\.9\.9/);
+    expect(existsSync(join(root, "usr/local/bin/evil"))).toBe(false);
+  });
+
+  it("fetches node.packages with npm pack from the configured registry once, checks what came, and takes a tarball put in place by hand", async () => {
+    const images = join(scratch, "npm-images");
+    const pkgDir = mkdtempSync(join(scratch, "reg-"));
+    const tgz = (version: string) => {
+      rmSync(join(pkgDir, "package"), { recursive: true, force: true });
+      mkdirSync(join(pkgDir, "package"));
+      writeFileSync(join(pkgDir, "package", "package.json"), JSON.stringify({ name: "tiny-reg", version }));
+      return spawnSync("tar", ["-czf", "-", "-C", pkgDir, "package"]).stdout;
+    };
+    // A registry on loopback: 1.0.0 is what it says; 2.0.0's tarball holds another version.
+    const tarballs: Record<string, Buffer> = { "1.0.0": tgz("1.0.0"), "2.0.0": tgz("2.5.0") };
+    let hits = 0;
+    const server = createServer((req, res) => {
+      hits++;
+      const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      if (req.url === "/tiny-reg") {
+        const versions = Object.fromEntries(
+          Object.entries(tarballs).map(([v, body]) => [v, { name: "tiny-reg", version: v, dist: { tarball: `${base}/tiny-reg/-/tiny-reg-${v}.tgz`, integrity: `sha512-${createHash("sha512").update(body).digest("base64")}` } }]),
+        );
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({ name: "tiny-reg", "dist-tags": { latest: "1.0.0" }, versions }));
+        return;
+      }
+      const m = /^\/tiny-reg\/-\/tiny-reg-(.+)\.tgz$/.exec(req.url ?? "");
+      if (m && tarballs[m[1]!]) return void res.end(tarballs[m[1]!]);
+      res.statusCode = 404;
+      res.end("{}");
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const env = { ...process.env, npm_config_registry: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, npm_config_cache: join(scratch, "npm-cache") };
+      const pkg = { name: "tiny-reg", version: "1.0.0", spec: "tiny-reg@1.0.0" };
+      const [first] = await ensureNpmTarballs([pkg], images, { env });
+      expect(first).toMatchObject({ cached: false, file: join(images, "npm", "tiny-reg-1.0.0.tgz") });
+      expect(first!.sha256).toBe(createHash("sha256").update(tarballs["1.0.0"]!).digest("hex"));
+      const before = hits;
+      expect((await ensureNpmTarballs([pkg], images, { env }))[0]).toMatchObject({ cached: true, sha256: first!.sha256 });
+      expect(hits).toBe(before);
+      const err = await ensureNpmTarballs([{ name: "tiny-reg", version: "2.0.0", spec: "tiny-reg@2.0.0" }], images, { env }).then(() => undefined, (e: Error) => e.message);
+      expect(err).toMatch(/fetch tiny-reg@2\.0\.0 from the npm registry failed: .*the registry sent tiny-reg@2\.5\.0, not tiny-reg@2\.0\.0/s);
+      const missing = await ensureNpmTarballs([{ name: "tiny-reg", version: "3.0.0", spec: "tiny-reg@3.0.0" }], images, { env }).then(() => undefined, (e: Error) => e.message);
+      expect(missing).toContain(`or put the package's tarball at ${join(images, "npm", "tiny-reg-3.0.0.tgz")}`);
+      expect(readdirSync(join(images, "npm"))).toEqual(["tiny-reg-1.0.0.tgz"]); // nothing half-fetched left
+      // Air-gapped: the file put there by hand is used as it is.
+      writeFileSync(npmTarballPath(images, { name: "@x/offline", version: "1.0.0", spec: "@x/offline@1.0.0" }), "x");
+      expect(npmTarballPath(images, { name: "@x/offline", version: "1.0.0", spec: "" })).toBe(join(images, "npm", "x-offline-1.0.0.tgz"));
+      expect((await ensureNpmTarballs([{ name: "@x/offline", version: "1.0.0", spec: "@x/offline@1.0.0" }], images, { env: { PATH: "" } }))[0]!.cached).toBe(true);
+    } finally {
+      server.close();
+    }
   });
 
   it("serializes builds of one template with a lock", async () => {
