@@ -77,7 +77,7 @@ export async function verifyRootfs(def: TemplateDefinition, rootfs: string): Pro
     if (def.node) {
       const user = (await sh("run the user's Node in the image", `${USER_NODE} --version`)).trim();
       if (user !== process.version) throw new BuildStepError("verify", `${USER_NODE} --version printed ${user}, expected ${process.version}`);
-      // Each package's bins resolve to executables; npm, when there, runs.
+      // Each package in place; npm, when there, runs.
       for (const p of def.node.packages) await sh(`find ${p.spec} in the image`, `test -f /usr/local/lib/node_modules/${p.name}/package.json`);
       if (def.node.packages.some((p) => p.name === "npm")) await sh("run npm in the image", "npm --version --logs-max=0 >/dev/null");
     }
