@@ -51,6 +51,7 @@ export const SETTINGS = {
   LOCALE2B_TEMPLATE_UPLOAD_MAX_MB: { what: "largest COPY upload of a template build, MiB", default: "2048", reader: "serve" },
   LOCALE2B_TEMPLATE_READY_TIMEOUT_S: { what: "seconds a template's ready command may take to succeed (its build's check, and each create)", default: "600", reader: "serve" },
   LOCALE2B_TEMPLATE_UPLOAD_TTL_S: { what: "seconds a template file upload URL stays valid", default: "3600", reader: "serve" },
+  LOCALE2B_IMAGE_CA_DIR: { what: "CA certificates (*.crt) template builds copy into images, trusted there; none: no CAs", default: "/usr/local/share/ca-certificates (the host's locally added CAs)", reader: "templates" },
   LOCALE2B_DNS: { what: "name servers for sandboxes with their own network, comma-separated", default: "the host's non-loopback ones", reader: "serve" },
   LOCALE2B_ENVD_LOG_LEVEL: { what: "envd's log level in sandboxes", default: "info", reader: "serve" },
   LOCALE2B_CGROUP_PARENT: { what: "process runtime: the cgroup sandboxes go under", default: "the server's own", reader: "process" },

@@ -62,7 +62,7 @@ export async function runTemplateCommand(args: string[]): Promise<number> {
   }
 }
 
-/** Prints "[3/7] debootstrap bookworm (minbase + 13 packages)... 41.2 s", the start as it begins, the time when done. */
+/** Prints "[4/8] debootstrap bookworm (minbase + 24 packages)... 93.2 s", the start as it begins, the time when done. */
 function stepPrinter() {
   let open = false;
   const out = process.stdout;

@@ -50,8 +50,8 @@ export async function ensureBaseTemplate(imagesDir: string, out: NodeJS.Writable
   const r = await buildTemplate("base", {
     imagesDir,
     progress: (e) => {
-      // Steps 1-2 (envd bundle, init) run, cached or not, even when the image is up to date: stay quiet for them.
-      if (e.state === "cached" || (e.state === "start" && e.index < 3)) return;
+      // Steps 1-3 (envd bundle, init, npm packages) run, cached or not, even when the image is up to date: stay quiet for them.
+      if (e.state === "cached" || (e.state === "start" && e.index < 4)) return;
       if (!announced) say(`preparing the base sandbox image in ${imagesDir} (first start: a few minutes; cached afterwards)`);
       announced = true;
       if (e.state === "start") say(`  [${e.index}/${e.total}] ${e.title}…`);

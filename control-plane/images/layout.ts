@@ -30,8 +30,12 @@ export function imagesDir(env: NodeJS.ProcessEnv = process.env, dataDir?: string
 export const GUEST = {
   /** PID 1 in a VM; in the process runtime the namespace's first process. */
   init: "/sbin/locale2b-init",
-  /** The Node runtime envd runs on. */
-  node: "/usr/local/bin/node",
+  /**
+   * The Node runtime envd runs on (GUEST_NODE in rootfs/init/init.h): locale2b's own copy of the
+   * server's Node, apart from any the sandbox's user has (`node:` in a definition puts one at
+   * /usr/local/bin/node), so envd keeps working when the user replaces or removes theirs.
+   */
+  node: "/opt/locale2b/node/bin/node",
   /** Node's flags for envd, as the init starts it (GUEST_NODE_FLAG in rootfs/init/init.h). */
   nodeFlags: ["--max-semi-space-size=2"],
   /** The envd bundle's entry (`node <nodeFlags> envd.js --listen … --user … --workdir …`). */

@@ -1,13 +1,16 @@
 // The final template's root filesystem: a copy of the cached layer plus
-// what locale2b puts into every guest (the host's Node, the envd bundle, the
-// guest init, hostname, the sandbox user's home), checked in a chroot and
-// packed into rootfs.ext4.
+// what locale2b puts into every guest (envd's own copy of the host's Node, the
+// envd bundle, the guest init, hostname, the sandbox user's home) and, with
+// `node:`, the user's Node and npm packages; checked in a chroot and packed
+// into rootfs.ext4.
 import { chown, stat } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { GUEST } from "./layout.js";
+import type { NpmTarball } from "./npm-tarballs.js";
 import type { TemplateDefinition } from "./template-definition.js";
 import { BuildStepError, mustRun, requireTool } from "./template-exec.js";
 import { guestMkdir, readPasswd, treeBytes, withChroot, writeGuestFile } from "./template-fs.js";
+import { installUserNode, USER_NODE } from "./template-node.js";
 
 export const HOSTNAME = "sandbox";
 
@@ -19,6 +22,10 @@ export interface AssembleInputs {
   nodeBinary: string;
   envdBundleDir: string;
   initBinary: string;
+  /** `node.packages`, fetched (npm-tarballs.ts). */
+  npmTarballs: NpmTarball[];
+  /** Scratch space outside the rootfs (unpacked tarballs). */
+  workDir: string;
 }
 
 /** Copies the layer and adds the guest's own files. Never modifies a layer file in place. */
@@ -26,6 +33,7 @@ export async function assembleRootfs(o: AssembleInputs): Promise<void> {
   const { def, rootfs } = o;
   // A real copy (reflinked where the file system can): the template's files are its own.
   await mustRun("copy the layer", "cp", ["-a", "--reflink=auto", "--", o.layerRootfs, rootfs]);
+  // envd's Node: its own file (not a link to the user's), so nothing the user does to theirs reaches it.
   await writeGuestFile(rootfs, GUEST.node, { from: o.nodeBinary, mode: 0o755 });
   const envdDir = await guestMkdir(rootfs, posix.dirname(GUEST.envd));
   await mustRun("copy the envd bundle", "cp", ["-a", "--reflink=auto", "--", `${o.envdBundleDir}/.`, envdDir]);
@@ -40,6 +48,7 @@ export async function assembleRootfs(o: AssembleInputs): Promise<void> {
   // runtime by binding the host's over it).
   await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
   await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
+  if (def.node) await installUserNode(rootfs, o.nodeBinary, o.npmTarballs, o.workDir);
   for (const f of def.files) {
     await writeGuestFile(rootfs, f.path, { ...(f.from !== undefined ? { from: f.from } : { content: f.content ?? "" }), mode: f.mode });
   }
@@ -65,6 +74,13 @@ export async function verifyRootfs(def: TemplateDefinition, rootfs: string): Pro
       `cd ${posix.dirname(GUEST.envd)} && ${GUEST.node} --input-type=module -e "import { createRequire } from 'node:module'; const r = createRequire('${GUEST.envd}'); r('@lydell/node-pty'); r('@napi-rs/xattr');"`,
     );
     await sh("run envd --help in the image", `${GUEST.node} ${GUEST.envd} --help >/dev/null`);
+    if (def.node) {
+      const user = (await sh("run the user's Node in the image", `${USER_NODE} --version`)).trim();
+      if (user !== process.version) throw new BuildStepError("verify", `${USER_NODE} --version printed ${user}, expected ${process.version}`);
+      // Each package in place; npm, when there, runs.
+      for (const p of def.node.packages) await sh(`find ${p.spec} in the image`, `test -f /usr/local/lib/node_modules/${p.name}/package.json`);
+      if (def.node.packages.some((p) => p.name === "npm")) await sh("run npm in the image", "npm --version --logs-max=0 >/dev/null");
+    }
     return version;
   });
 }

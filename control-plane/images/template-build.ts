@@ -1,10 +1,11 @@
 // `locale2b template build <name>`: a guest image from a definition in
 // rootfs/templates/. Two cached layers under the images dir (layout.ts):
-//   layers/<name>-<hashA>/rootfs   debootstrap + user + `run` + trim (hashA: the definition parts it uses)
-//   templates/<name>-<hashB>/      rootfs/ (layer + Node + envd bundle + init + files), rootfs.ext4, manifest.json
+//   layers/<name>-<hashA>/rootfs   debootstrap + user + local CAs + `run` + trim (hashA: the definition parts it uses)
+//   templates/<name>-<hashB>/      rootfs/ (layer + Node + envd bundle + init + user's Node + files), rootfs.ext4, manifest.json
 // hashB covers hashA, the Node binary, the envd bundle, the init binary, the
-// definition's files and this builder's version. Everything is built under a
-// temporary name and renamed into place; a per-template lock serializes builds.
+// npm tarballs, the definition's files and this builder's version. Everything
+// is built under a temporary name and renamed into place; a per-template lock
+// serializes builds.
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, existsSync } from "node:fs";
 import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
@@ -12,6 +13,7 @@ import { basename, dirname, join } from "node:path";
 import { ensureEnvdBundle } from "./envd-bundle.js";
 import { ensureInitBinary } from "./guest-init.js";
 import { imagesDir as defaultImagesDir, type TemplateManifest } from "./layout.js";
+import { ensureNpmTarballs } from "./npm-tarballs.js";
 import { assembleRootfs, HOSTNAME, packExt4, verifyRootfs } from "./template-assemble.js";
 import { definitionForManifest, layerHash, loadDefinition, templateInputs, type TemplateDefinition } from "./template-definition.js";
 import { requireRoot, requireTool, Steps, type StepEvent } from "./template-exec.js";
@@ -20,8 +22,8 @@ import { ensureLayer, layerId } from "./template-layer.js";
 import { acquireLock, pruneBuilds, removeStaleTemps, setCurrent } from "./template-store.js";
 
 /** Bumped when what the builder adds to the layer changes: part of hashB. */
-export const TEMPLATE_BUILDER_VERSION = 2;
-export const BUILD_STEP_COUNT = 7;
+export const TEMPLATE_BUILDER_VERSION = 3;
+export const BUILD_STEP_COUNT = 8;
 
 export interface TemplateBuildManifest extends TemplateManifest {
   builderVersion: number;
@@ -93,6 +95,8 @@ export interface TemplateHashInputs {
   nodeSha256: string;
   envdBundle: string;
   initSha256: string;
+  /** `<spec> <sha256>` of each `node.packages` tarball. */
+  npmTarballs?: string[];
   template: Record<string, unknown>;
 }
 
@@ -162,12 +166,22 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
       return path;
     }),
   );
+  const packages = def.node?.packages ?? [];
+  const tarballs = await steps.run(`npm packages${packages.length ? ` (${packages.map((p) => p.spec).join(", ")})` : ""}`, (s) =>
+    timed("npmPackages", async () => {
+      const t = await ensureNpmTarballs(packages, images, { env, log });
+      if (t.every((x) => x.cached)) s.cached(packages.length ? "cached" : "none");
+      return t;
+    }),
+  );
+  for (const skipped of def.localCAs.skipped) log?.(`CA certificates: left out ${def.localCAs.dir}/${skipped}`);
   const hashA = layerHash(def);
   const hash = templateHash({
     layerHash: hashA,
     nodeSha256: await nodeBinaryHash(process.execPath, images),
     envdBundle: bundle.hash16,
     initSha256: await sha256File(init),
+    ...(tarballs.length ? { npmTarballs: tarballs.map((t) => `${t.spec} ${t.sha256}`) } : {}),
     template: templateInputs(def),
   });
   const hash16 = hash.slice(0, 16);
@@ -200,8 +214,13 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
     await mkdir(tmp);
     const rootfs = join(tmp, "rootfs");
     const files = def.files.length ? ` + ${def.files.length} file${def.files.length === 1 ? "" : "s"}` : "";
-    await steps.run(`assemble rootfs (layer + node + envd + init${files})`, () =>
-      timed("assemble", () => assembleRootfs({ def, layerRootfs: layer.rootfs, rootfs, nodeBinary: process.execPath, envdBundleDir: bundle.dir, initBinary: init })),
+    const userNode = def.node ? ` + user's node${tarballs.length ? ` and ${tarballs.map((t) => t.name).join(", ")}` : ""}` : "";
+    await steps.run(`assemble rootfs (layer + node + envd + init${userNode}${files})`, () =>
+      timed("assemble", async () => {
+        const workDir = join(tmp, "work");
+        await assembleRootfs({ def, layerRootfs: layer.rootfs, rootfs, nodeBinary: process.execPath, envdBundleDir: bundle.dir, initBinary: init, npmTarballs: tarballs, workDir });
+        await removeTree(workDir);
+      }),
     );
     const nodeVersion = await steps.run("verify in a chroot (user, node --version, envd loads)", (s) =>
       timed("verify", async () => {

@@ -9,6 +9,7 @@ import { parseDocument } from "yaml";
 import { packageRoot } from "../runtimes/paths.js";
 import { runtimeNames } from "../runtimes/registry.js";
 import { GUEST } from "./layout.js";
+import { localCADir, readLocalCAs, type LocalCAs } from "./local-cas.js";
 import { setting } from "../settings.js";
 
 export const DEFAULT_MIRROR = "http://deb.debian.org/debian";
@@ -25,6 +26,14 @@ export interface TemplateFile {
   /** ...a host file, resolved against the definition's folder. */
   from?: string;
   mode: number;
+}
+
+/** A global npm package for the user's Node, at an exact version (`npm@10.9.9`, `@scope/x@1.2.3`). */
+export interface NpmPackage {
+  name: string;
+  version: string;
+  /** `name@version`. */
+  spec: string;
 }
 
 export interface TemplateDefinition {
@@ -46,6 +55,13 @@ export interface TemplateDefinition {
   user: string;
   /** The runtime sandboxes of this template run on by default (else the server's --runtime); one of runtimes/registry.ts. */
   runtime?: string;
+  /**
+   * `node:`: the server's Node for the sandbox's user at /usr/local/bin/node (envd has its own
+   * at GUEST.node either way), with `packages` installed globally from the npm registry.
+   */
+  node?: { packages: NpmPackage[] };
+  /** The build host's locally added CA certificates ($LOCALE2B_IMAGE_CA_DIR): trusted in the image. */
+  localCAs: LocalCAs;
 }
 
 export class DefinitionError extends Error {
@@ -55,11 +71,13 @@ export class DefinitionError extends Error {
   }
 }
 
-const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user", "runtime"] as const;
+const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user", "runtime", "node"] as const;
 const FILE_KEYS = ["path", "content", "from", "mode"] as const;
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 const PACKAGE_RE = /^[a-z0-9][a-z0-9+.-]+$/;
 const USER_RE = /^[a-z_][a-z0-9_-]{0,31}$/;
+/** An npm package name (scoped or not) at an exact version: what `npm pack` fetches the same every time. */
+const NPM_SPEC_RE = /^((?:@[a-z0-9][a-z0-9._~-]*\/)?[a-z0-9][a-z0-9._~-]*)@(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)$/;
 
 /** rootfs/templates in this package. */
 export function templatesSourceDir(): string {
@@ -172,6 +190,7 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
   if (user === "root") fail("user", "a user other than root (the sandbox user is unprivileged)", user);
   const runtime = obj.runtime === undefined ? undefined : str("runtime", obj.runtime);
   if (runtime !== undefined && !runtimeNames().includes(runtime)) fail("runtime", `one of ${runtimeNames().join(", ")}`, runtime);
+  const node = obj.node === undefined ? undefined : parseNode(obj.node, file, fail);
 
   return {
     name,
@@ -187,7 +206,29 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
     diskSizeMB,
     user,
     ...(runtime !== undefined ? { runtime: runtime as TemplateDefinition["runtime"] } : {}),
+    ...(node ? { node } : {}),
+    localCAs: readLocalCAs(localCADir(env)),
   };
+}
+
+/** `node: {packages: [name@x.y.z, ...]}` (`node: {}` for Node without packages). */
+function parseNode(v: unknown, file: string, fail: (key: string, expected: string, ...got: unknown[]) => never): { packages: NpmPackage[] } {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) fail("node", "a mapping {packages: [name@version, ...]} ({} for Node alone)", v);
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) {
+    if (k !== "packages") throw new DefinitionError(`${file}: unknown key 'node.${k}'; known keys: packages`);
+  }
+  if (o.packages !== undefined && o.packages !== null && !Array.isArray(o.packages)) fail("node.packages", "a list of npm packages at exact versions (name@x.y.z)", o.packages);
+  const seen = new Set<string>();
+  const packages = ((o.packages ?? []) as unknown[]).map((p, i): NpmPackage => {
+    const m = typeof p === "string" ? NPM_SPEC_RE.exec(p) : null;
+    if (!m) fail(`node.packages[${i}]`, "an npm package at an exact version, such as npm@10.9.9 (name@x.y.z)", p);
+    const [spec, name, version] = m as RegExpExecArray as unknown as [string, string, string];
+    if (seen.has(name)) fail(`node.packages[${i}]`, `each package once (${name} is listed twice)`, p);
+    seen.add(name);
+    return { name, version, spec };
+  });
+  return { packages };
 }
 
 function parseFile(v: unknown, key: string, file: string, fail: (key: string, expected: string, ...got: unknown[]) => never): TemplateFile {
@@ -241,6 +282,8 @@ export function layerInputs(def: TemplateDefinition): Record<string, unknown> {
     packages: [...new Set(def.packages)].sort(),
     run: def.run,
     user: def.user,
+    // Only when there are some: layers of hosts without local CAs keep the hash they had.
+    ...(def.localCAs.cas.length ? { localCAs: def.localCAs.cas.map((c) => ({ path: c.path, sha256: c.sha256 })) } : {}),
   };
 }
 
@@ -253,6 +296,7 @@ export function layerHash(def: TemplateDefinition): string {
 export function templateInputs(def: TemplateDefinition): Record<string, unknown> {
   return {
     ...(def.runtime ? { runtime: def.runtime } : {}),
+    ...(def.node ? { node: { packages: def.node.packages.map((p) => p.spec) } } : {}),
     diskSizeMB: def.diskSizeMB,
     files: def.files.map((f) => ({
       path: f.path,
@@ -266,6 +310,12 @@ export function templateInputs(def: TemplateDefinition): Record<string, unknown>
 
 /** The definition as recorded in manifest.json (no host-specific fields). */
 export function definitionForManifest(def: TemplateDefinition): Record<string, unknown> {
-  const { buildMirror: _b, source, files, ...rest } = def;
-  return { ...rest, source: basename(source), files: files.map((f) => ({ path: f.path, mode: `0${f.mode.toString(8)}`, ...(f.from ? { from: basename(f.from) } : { bytes: Buffer.byteLength(f.content ?? "") }) })) };
+  const { buildMirror: _b, source, files, localCAs, node, ...rest } = def;
+  return {
+    ...rest,
+    source: basename(source),
+    files: files.map((f) => ({ path: f.path, mode: `0${f.mode.toString(8)}`, ...(f.from ? { from: basename(f.from) } : { bytes: Buffer.byteLength(f.content ?? "") }) })),
+    ...(node ? { node: { packages: node.packages.map((p) => p.spec) } } : {}),
+    localCAs: localCAs.cas.map((c) => c.path),
+  };
 }

@@ -1,12 +1,13 @@
-// The base layer of a template: debootstrap, the sandbox user, the
-// definition's `run` commands, then trimmed (apt lists, docs, man pages,
-// translations). Cached under <imagesDir>/layers/<name>-<hash16>/rootfs,
+// The base layer of a template: debootstrap, the sandbox user, the build
+// host's locally added CA certificates, the definition's `run` commands, then
+// trimmed (apt lists, docs, man pages, translations). Cached under <imagesDir>/layers/<name>-<hash16>/rootfs,
 // keyed by the definition parts it depends on, so a second build skips it.
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdir, readdir, rename, rm, rmdir, writeFile, lstat } from "node:fs/promises";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { GUEST } from "./layout.js";
+import { LOCAL_CA_DIR } from "./local-cas.js";
 import { layerHash, layerInputs, type TemplateDefinition } from "./template-definition.js";
 import { chrootEnv, mustRun, requireTool, type Steps } from "./template-exec.js";
 import { guestPath, removeTree, treeBytes, withChroot, writeGuestFile } from "./template-fs.js";
@@ -105,6 +106,15 @@ export async function ensureLayer(def: TemplateDefinition, imagesDir: string, st
             `useradd --uid ${GUEST.uid} --gid ${GUEST.uid} --create-home --home-dir /home/${u} --shell /bin/bash ${u}`,
           { onLine: opts.onLine },
         );
+        // Before `run`, whose downloads may pass the same proxy as the host's; kept for the sandboxes.
+        if (def.localCAs.cas.length) {
+          for (const ca of def.localCAs.cas) await writeGuestFile(rootfs, posix.join(LOCAL_CA_DIR, ca.path), { content: ca.pem, mode: 0o644 });
+          await sh(
+            `trust ${def.localCAs.cas.length} local CA certificate${def.localCAs.cas.length === 1 ? "" : "s"} of the build host`,
+            "if command -v update-ca-certificates >/dev/null; then update-ca-certificates; fi",
+            { onLine: opts.onLine },
+          );
+        }
         for (const [i, command] of def.run.entries()) {
           const first = command.trim().split("\n")[0]!;
           await sh(`run[${i}] (${first.length > 60 ? `${first.slice(0, 57)}...` : first})`, command, { onLine: opts.onLine, tailBytes: 6000 });

@@ -50,7 +50,8 @@
 #define WANT_NOFILE 65536
 
 #define GUEST_INIT "/sbin/locale2b-init"
-#define GUEST_NODE "/usr/local/bin/node"
+/* envd's own Node (GUEST.node in control-plane/images/layout.ts), not the user's /usr/local/bin/node. */
+#define GUEST_NODE "/opt/locale2b/node/bin/node"
 #define GUEST_ENVD "/opt/locale2b/envd/envd.js"
 /*
  * Node's flag for envd (GUEST.nodeFlags in control-plane/images/layout.ts):

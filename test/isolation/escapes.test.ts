@@ -5,7 +5,7 @@
 // and stay inside the sandbox. Needs root (sandbox mode): skipped, saying so,
 // when not.
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
@@ -208,6 +208,37 @@ except OSError as e:
     }
   });
 
+  it("setuid ping (the base image has one) is root only inside the sandbox: on the host, a shifted uid in the sandbox's user namespace", async (ctx) => {
+    if ((await sh(a, "test -u /usr/bin/ping")).code !== 0) ctx.skip("this base image has no setuid ping (an older build: locale2b template build base)");
+    const h = await a.commands.run("ping -i 0.5 -c 120 127.0.0.7", { background: true, timeoutMs: 0 });
+    try {
+      let pid: number | undefined;
+      for (let i = 0; i < 100 && pid === undefined; i++) {
+        pid = instance(a)
+          .cgroup!.pids()
+          .find((p) => {
+            try {
+              return readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").includes("127.0.0.7");
+            } catch {
+              return false;
+            }
+          });
+        if (pid === undefined) await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(pid, "the ping process, among the sandbox's").toBeDefined();
+      // Whatever ping holds (root's uid while it opens its raw socket, CAP_NET_RAW), it holds in the
+      // sandbox's user namespace, as one of the sandbox's host uids: no capability over the host.
+      const status = readFileSync(`/proc/${pid}/status`, "utf8");
+      const [ruid, euid] = /^Uid:\s+(\d+)\s+(\d+)/m.exec(status)!.slice(1).map(Number);
+      for (const uid of [ruid!, euid!]) expect(uid).toBeGreaterThanOrEqual(runtime.idRange().base);
+      expect(readlinkSync(`/proc/${pid}/ns/user`)).not.toBe(readlinkSync("/proc/self/ns/user"));
+      expect(readlinkSync(`/proc/${pid}/ns/net`)).not.toBe(readlinkSync("/proc/self/ns/net"));
+      expect((await sh(a, "ping -c1 -W5 127.0.0.1")).out).toMatch(/1 received/);
+    } finally {
+      await h.kill();
+    }
+  });
+
   it("ordinary root work stays inside: apt-style writes to /etc and /usr, sudo, user: 'root' files", async () => {
     const r = await sh(a, "sudo sh -c 'echo ok > /etc/locale2b-apt && mkdir -p /usr/local/lib/l2b && echo x > /usr/local/lib/l2b/f' && cat /etc/locale2b-apt && sudo -n id -u");
     expect(r).toEqual({ code: 0, out: "ok\n0\n" });
@@ -252,9 +283,14 @@ s=socket.socket(socket.AF_UNIX); s.bind("\\0locale2b-abstract"); s.listen(); tim
         const r = await sh(a, `curl -s -m 5 -o /dev/null -w %{http_code} http://${t}/health`, user);
         expect(r.code, `${user} → ${t}: ${r.out}`).not.toBe(0);
       }
-      // No IPv6 path either (link-local to the host's end of the veth).
-      const v6 = await sh(a, `ip -6 addr show dev eth0 scope link | grep -q inet6 && ping -6 -c1 -W2 ff02::1%eth0`, user);
-      expect(v6.out).not.toMatch(/bytes from fe80/);
+      // No IPv6 path either: an all-nodes ping on eth0 is answered by the sandbox's own link-local
+      // address (which shows the ping went out, once its address is past DAD), never by the host's
+      // end of the veth.
+      const own = /inet6 (fe80::[0-9a-f:]+)\//.exec((await sh(a, "ip -6 addr show dev eth0 scope link")).out)?.[1];
+      let v6 = "";
+      for (let i = 0; own && i < 5 && !v6.includes(`from ${own}%`); i++) v6 = (await sh(a, "ping -6 -c2 -i0.5 -W2 ff02::1%eth0", user)).out;
+      const others = [...v6.matchAll(/bytes from (fe80::[0-9a-f:]+)%/g)].map((m) => m[1]).filter((x) => x !== own);
+      expect(others, v6).toEqual([]);
     }
   });
 });

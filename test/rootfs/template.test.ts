@@ -2,14 +2,20 @@
 // base` into the CI image cache (skipped, saying why, without root or
 // debootstrap).
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { createHash, X509Certificate } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { checkInputs, ensureEnvdBundle } from "../../control-plane/images/envd-bundle.js";
 import { GUEST } from "../../control-plane/images/layout.js";
 import { buildTemplate, templateHash } from "../../control-plane/images/template-build.js";
-import { DefinitionError, layerHash, loadDefinition, parseDefinition } from "../../control-plane/images/template-definition.js";
+import { DefinitionError, layerHash, loadDefinition, parseDefinition, templateInputs } from "../../control-plane/images/template-definition.js";
+import { LOCAL_CA_DIR, localCADir, readLocalCAs } from "../../control-plane/images/local-cas.js";
+import { ensureNpmTarballs, npmTarballPath } from "../../control-plane/images/npm-tarballs.js";
+import { installUserNode } from "../../control-plane/images/template-node.js";
 import { findExecutable } from "../../control-plane/host/executables.js";
 import { guestPath, writeGuestFile } from "../../control-plane/images/template-fs.js";
 import { acquireLock } from "../../control-plane/images/template-store.js";
@@ -30,6 +36,15 @@ const err = (text: string) => {
 const scratch = mkdtempSync(join(tmpdir(), "locale2b-template-test-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
+const openssl = findExecutable("openssl");
+/** A self-signed CA certificate (PEM) for `cn`, its key written beside it as `<cn>.key`. */
+function makeCert(cn: string): string {
+  const key = join(scratch, `${cn}.key`);
+  const r = spawnSync(openssl!, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-subj", `/CN=${cn}`, "-days", "2"], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`openssl req: ${r.stderr}`);
+  return r.stdout;
+}
+
 describe("template definitions", () => {
   it("parses rootfs/templates/base.yaml with defaults", () => {
     const def = loadDefinition("base", {});
@@ -39,12 +54,34 @@ describe("template definitions", () => {
     expect(def.packages).toContain("sudo");
     expect(def.files.map((f) => f.path)).toContain("/etc/sudoers.d/user");
     expect(def.diskSizeMB).toBeGreaterThanOrEqual(512);
+    // What E2B's base has: pip, a compiler, Node with npm and yarn (pinned).
+    expect(def.packages).toEqual(expect.arrayContaining(["python3-pip", "python3-venv", "build-essential", "jq", "iputils-ping", "iproute2"]));
+    expect(def.node?.packages.map((p) => p.name)).toEqual(["npm", "yarn"]);
+    for (const p of def.node!.packages) expect(p.version).toMatch(/^\d+\.\d+\.\d+$/);
     const minimal = parse("packages: [git]\n");
     expect(minimal).toMatchObject({ name: "demo", release: "bookworm", variant: "minbase", diskSizeMB: 1024, user: "user", run: [], files: [] });
+    expect(minimal.node).toBeUndefined();
+  });
+
+  it("takes node: {packages: [name@x.y.z]} for the user's Node, exact versions only", () => {
+    expect(parse("node: {}\n").node).toEqual({ packages: [] });
+    expect(parse("node:\n  packages: [npm@10.9.9, '@scope/tool-x@1.2.3-beta.1']\n").node).toEqual({
+      packages: [
+        { name: "npm", version: "10.9.9", spec: "npm@10.9.9" },
+        { name: "@scope/tool-x", version: "1.2.3-beta.1", spec: "@scope/tool-x@1.2.3-beta.1" },
+      ],
+    });
+    expect(err("node: true\n")).toMatch(/'node': expected a mapping \{packages: \[name@version, \.\.\.\]\}/);
+    expect(err("node:\n  version: 22\n")).toMatch(/unknown key 'node\.version'; known keys: packages/);
+    expect(err("node:\n  packages: npm\n")).toMatch(/'node\.packages': expected a list of npm packages at exact versions/);
+    for (const bad of ["npm", "npm@10", "npm@^10.9.9", "npm@latest", "../x@1.0.0", "Npm@1.0.0"]) {
+      expect(err(`node:\n  packages: ['${bad}']\n`), bad).toMatch(/'node\.packages\[0\]': expected an npm package at an exact version, such as npm@10\.9\.9/);
+    }
+    expect(err("node:\n  packages: [yarn@1.22.22, yarn@1.22.21]\n")).toMatch(/'node\.packages\[1\]': expected each package once \(yarn is listed twice\)/);
   });
 
   it("names the file, the key and what was expected", () => {
-    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user, runtime`);
+    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user, runtime, node`);
     expect(err("packages: git\n")).toBe(`${F}: 'packages': expected a list of Debian package names, got the string "git"`);
     expect(err("packages: [git, Foo_Bar]\n")).toMatch(/'packages\[1\]': expected a Debian package name .*got the string "Foo_Bar"/);
     expect(err("run: [ls, 3]\n")).toMatch(/^\/defs\/demo\.yaml: 'run\[1\]': expected a shell command .*got number 3$/);
@@ -90,12 +127,32 @@ describe("template hashes", () => {
     expect(a).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it("the template hash covers the layer, Node, the envd bundle, the init and the files", () => {
+  it("the template hash covers the layer, Node, the envd bundle, the init, the npm tarballs and the files", () => {
     const parts = { layerHash: "a", nodeSha256: "n", envdBundle: "e", initSha256: "i", template: { files: [] } };
     const h = templateHash(parts);
     expect(templateHash({ ...parts })).toBe(h);
     for (const k of ["layerHash", "nodeSha256", "envdBundle", "initSha256"] as const) expect(templateHash({ ...parts, [k]: "x" })).not.toBe(h);
     expect(templateHash({ ...parts, template: { files: [{ path: "/x" }] } })).not.toBe(h);
+    expect(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abc"] })).not.toBe(h);
+    expect(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abd"] })).not.toBe(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abc"] }));
+    // node: is the template's, not the layer's: a new npm version reassembles, it does not debootstrap again.
+    const withNode = parse("packages: [git]\nnode:\n  packages: [npm@10.9.9]\n");
+    expect(layerHash(withNode)).toBe(layerHash(parse("packages: [git]\n")));
+    expect(templateInputs(withNode)).toMatchObject({ node: { packages: ["npm@10.9.9"] } });
+    expect(templateInputs(parse("packages: [git]\nnode:\n  packages: [npm@10.9.8]\n"))).not.toEqual(templateInputs(withNode));
+  });
+
+  it("the layer hash covers the build host's local CAs (when there are any), by content", () => {
+    const cas = join(scratch, "hash-cas");
+    mkdirSync(cas);
+    const none = layerHash(parse("packages: [git]\n", { LOCALE2B_IMAGE_CA_DIR: cas }));
+    expect(layerHash(parse("packages: [git]\n", { LOCALE2B_IMAGE_CA_DIR: "none" }))).toBe(none);
+    if (!openssl) return;
+    writeFileSync(join(cas, "a.crt"), makeCert("hash-a"));
+    const one = layerHash(parse("packages: [git]\n", { LOCALE2B_IMAGE_CA_DIR: cas }));
+    expect(one).not.toBe(none);
+    writeFileSync(join(cas, "a.crt"), makeCert("hash-b"));
+    expect(layerHash(parse("packages: [git]\n", { LOCALE2B_IMAGE_CA_DIR: cas }))).not.toBe(one);
   });
 });
 
@@ -116,6 +173,134 @@ describe("building blocks", () => {
     await writeGuestFile(root, "/etc/leaf", { content: "replaced", mode: 0o644 }); // the link is replaced, not followed
     expect(readFileSync(join(root, "etc", "leaf"), "utf8")).toBe("replaced");
     expect(statSync(join(root, "etc", "leaf")).mode & 0o777).toBe(0o644);
+  });
+
+  it.skipIf(!openssl)("takes only certificates from the CA folder: no key (not even in the same file), no other file, nothing a link points to", () => {
+    const dir = join(scratch, "cas");
+    mkdirSync(join(dir, "corp"), { recursive: true });
+    const a = makeCert("ca-a");
+    const b = makeCert("ca-b");
+    writeFileSync(join(dir, "a.crt"), a);
+    writeFileSync(join(dir, "with-key.crt"), readFileSync(join(scratch, "ca-b.key"), "utf8") + b);
+    writeFileSync(join(dir, "corp", "c.crt"), makeCert("ca-c"));
+    writeFileSync(join(dir, "notes.txt"), a); // not *.crt: update-ca-certificates ignores it, so do we
+    const secret = join(scratch, "host-secret");
+    writeFileSync(secret, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n");
+    symlinkSync(secret, join(dir, "link-to-secret.crt"));
+    symlinkSync("/etc/shadow", join(dir, "shadow.crt"));
+    symlinkSync(join(scratch, "nowhere"), join(dir, "broken.crt"));
+    writeFileSync(join(dir, "garbage.crt"), "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+    const r = readLocalCAs(dir);
+    expect(r.cas.map((c) => c.path)).toEqual(["a.crt", "corp/c.crt", "with-key.crt"]);
+    expect(r.skipped.filter((x) => !x.startsWith("shadow.crt:"))).toEqual(["broken.crt: a broken link", "garbage.crt: no PEM certificate in it", "link-to-secret.crt: no PEM certificate in it"]);
+    expect(r.skipped.find((x) => x.startsWith("shadow.crt:"))).toMatch(/no PEM certificate in it|EACCES/);
+    // What goes into an image is the certificates, re-encoded: nothing else of any file.
+    for (const c of r.cas) expect(c.pem).toMatch(/^(-----BEGIN CERTIFICATE-----\n[A-Za-z0-9+/=\n]+-----END CERTIFICATE-----\n)+$/);
+    expect(r.cas.map((c) => c.pem).join("")).not.toMatch(/PRIVATE KEY|c2VjcmV0/);
+    expect(r.cas.find((c) => c.path === "with-key.crt")!.pem).toBe(new X509Certificate(b).toString());
+    expect(readLocalCAs(undefined)).toEqual({ cas: [], skipped: [] });
+    expect(readLocalCAs(join(scratch, "no-such-dir")).cas).toEqual([]);
+    expect(localCADir({})).toBe(LOCAL_CA_DIR);
+    expect(localCADir({ LOCALE2B_IMAGE_CA_DIR: "none" })).toBeUndefined();
+    expect(localCADir({ LOCALE2B_IMAGE_CA_DIR: dir })).toBe(dir);
+  });
+
+  it("installs the user's Node and self-contained npm packages as npm install -g would; refuses what it cannot install safely", async () => {
+    const root = join(scratch, "node-root");
+    mkdirSync(join(root, "usr", "local", "bin"), { recursive: true });
+    const fakeNode = join(scratch, "fake-node");
+    writeFileSync(fakeNode, "#!/bin/sh\necho v0\n");
+    const tarball = (name: string, files: Record<string, string>, links: Record<string, string> = {}) => {
+      const dir = mkdtempSync(join(scratch, "pkg-"));
+      for (const [p, body] of Object.entries(files)) {
+        mkdirSync(join(dir, "package", p, ".."), { recursive: true });
+        writeFileSync(join(dir, "package", p), body);
+      }
+      for (const [p, target] of Object.entries(links)) symlinkSync(target, join(dir, "package", p));
+      const file = join(scratch, `${name}.tgz`);
+      expect(spawnSync("tar", ["-czf", file, "-C", dir, "package"]).status).toBe(0);
+      const pj = JSON.parse(files["package.json"]!) as { name: string; version: string };
+      return { name: pj.name, version: pj.version, spec: `${pj.name}@${pj.version}`, file, sha256: "", cached: true };
+    };
+    const good = tarball("good", {
+      "package.json": JSON.stringify({ name: "@demo/tiny", version: "1.0.0", bin: { tiny: "./bin/tiny.js" }, dependencies: { dep: "^1.0.0" } }),
+      "bin/tiny.js": "#!/usr/bin/env node\n",
+      "node_modules/dep/package.json": JSON.stringify({ name: "dep", version: "1.2.0" }),
+    });
+    const bins = await installUserNode(root, fakeNode, [good], join(scratch, "node-work-1"));
+    expect(bins).toEqual(["tiny"]);
+    expect(readFileSync(join(root, "usr/local/bin/node"), "utf8")).toContain("echo v0");
+    expect(readlinkSync(join(root, "usr/local/bin/nodejs"))).toBe("node");
+    expect(readlinkSync(join(root, "usr/local/bin/tiny"))).toBe("../lib/node_modules/@demo/tiny/bin/tiny.js");
+    expect(statSync(join(root, "usr/local/lib/node_modules/@demo/tiny/bin/tiny.js")).mode & 0o777).toBe(0o755);
+    expect(existsSync(join(root, "usr/local/lib/node_modules/@demo/tiny/node_modules/dep/package.json"))).toBe(true);
+
+    const refused = async (t: ReturnType<typeof tarball>) => (await installUserNode(root, fakeNode, [t], mkdtempSync(join(scratch, "node-work-"))).then(() => "installed", (e: Error) => e.message));
+    const unbundled = tarball("unbundled", { "package.json": JSON.stringify({ name: "needs-deps", version: "2.0.0", dependencies: { "left-pad": "^1", dep: "^1" } }) });
+    expect(await refused(unbundled)).toMatch(/install needs-deps@2\.0\.0 for the user's Node failed: it depends on left-pad, dep, not bundled in its tarball: node\.packages takes self-contained packages only/);
+    const outside = tarball("outside", { "package.json": JSON.stringify({ name: "outside", version: "1.0.0", bin: { evil: "../../../../etc/passwd" } }) });
+    expect(await refused(outside)).toMatch(/its bin entry "evil": "\.\.\/\.\.\/\.\.\/\.\.\/etc\/passwd" points outside the package/);
+    // A bin that is a link (here to a host file): never made executable through it.
+    const hostFile = join(scratch, "host-file");
+    writeFileSync(hostFile, "host\n", { mode: 0o600 });
+    const linked = tarball("linked", { "package.json": JSON.stringify({ name: "linked", version: "1.0.0", bin: { x: "bin/x" } }), "bin/.keep": "" }, { "bin/x": hostFile });
+    expect(await refused(linked)).toMatch(/its bin entry "x": bin\/x is not a file in the package/);
+    expect(statSync(hostFile).mode & 0o777).toBe(0o600);
+    const wrong = tarball("wrong", { "package.json": JSON.stringify({ name: "other", version: "9.9.9" }) });
+    expect(await refused({ ...wrong, name: "asked", version: "1.0.0", spec: "asked@1.0.0" })).toMatch(/the tarball is other@9\.9\.9/);
+    expect(existsSync(join(root, "usr/local/bin/evil"))).toBe(false);
+  });
+
+  it("fetches node.packages with npm pack from the configured registry once, checks what came, and takes a tarball put in place by hand", async () => {
+    const images = join(scratch, "npm-images");
+    const pkgDir = mkdtempSync(join(scratch, "reg-"));
+    const tgz = (version: string) => {
+      rmSync(join(pkgDir, "package"), { recursive: true, force: true });
+      mkdirSync(join(pkgDir, "package"));
+      writeFileSync(join(pkgDir, "package", "package.json"), JSON.stringify({ name: "tiny-reg", version }));
+      return spawnSync("tar", ["-czf", "-", "-C", pkgDir, "package"]).stdout;
+    };
+    // A registry on loopback: 1.0.0 is what it says; 2.0.0's tarball holds another version.
+    const tarballs: Record<string, Buffer> = { "1.0.0": tgz("1.0.0"), "2.0.0": tgz("2.5.0") };
+    let hits = 0;
+    const server = createServer((req, res) => {
+      hits++;
+      const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      if (req.url === "/tiny-reg") {
+        const versions = Object.fromEntries(
+          Object.entries(tarballs).map(([v, body]) => [v, { name: "tiny-reg", version: v, dist: { tarball: `${base}/tiny-reg/-/tiny-reg-${v}.tgz`, integrity: `sha512-${createHash("sha512").update(body).digest("base64")}` } }]),
+        );
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({ name: "tiny-reg", "dist-tags": { latest: "1.0.0" }, versions }));
+        return;
+      }
+      const m = /^\/tiny-reg\/-\/tiny-reg-(.+)\.tgz$/.exec(req.url ?? "");
+      if (m && tarballs[m[1]!]) return void res.end(tarballs[m[1]!]);
+      res.statusCode = 404;
+      res.end("{}");
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const env = { ...process.env, npm_config_registry: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, npm_config_cache: join(scratch, "npm-cache") };
+      const pkg = { name: "tiny-reg", version: "1.0.0", spec: "tiny-reg@1.0.0" };
+      const [first] = await ensureNpmTarballs([pkg], images, { env });
+      expect(first).toMatchObject({ cached: false, file: join(images, "npm", "tiny-reg-1.0.0.tgz") });
+      expect(first!.sha256).toBe(createHash("sha256").update(tarballs["1.0.0"]!).digest("hex"));
+      const before = hits;
+      expect((await ensureNpmTarballs([pkg], images, { env }))[0]).toMatchObject({ cached: true, sha256: first!.sha256 });
+      expect(hits).toBe(before);
+      const err = await ensureNpmTarballs([{ name: "tiny-reg", version: "2.0.0", spec: "tiny-reg@2.0.0" }], images, { env }).then(() => undefined, (e: Error) => e.message);
+      expect(err).toMatch(/fetch tiny-reg@2\.0\.0 from the npm registry failed: .*the registry sent tiny-reg@2\.5\.0, not tiny-reg@2\.0\.0/s);
+      const missing = await ensureNpmTarballs([{ name: "tiny-reg", version: "3.0.0", spec: "tiny-reg@3.0.0" }], images, { env }).then(() => undefined, (e: Error) => e.message);
+      expect(missing).toContain(`or put the package's tarball at ${join(images, "npm", "tiny-reg-3.0.0.tgz")}`);
+      expect(readdirSync(join(images, "npm"))).toEqual(["tiny-reg-1.0.0.tgz"]); // nothing half-fetched left
+      // Air-gapped: the file put there by hand is used as it is.
+      writeFileSync(npmTarballPath(images, { name: "@x/offline", version: "1.0.0", spec: "@x/offline@1.0.0" }), "x");
+      expect(npmTarballPath(images, { name: "@x/offline", version: "1.0.0", spec: "" })).toBe(join(images, "npm", "x-offline-1.0.0.tgz"));
+      expect((await ensureNpmTarballs([{ name: "@x/offline", version: "1.0.0", spec: "@x/offline@1.0.0" }], images, { env: { PATH: "" } }))[0]!.cached).toBe(true);
+    } finally {
+      server.close();
+    }
   });
 
   it("serializes builds of one template with a lock", async () => {
@@ -250,6 +435,25 @@ describe("template build base", () => {
     const chroot = (cmd: string) => spawnSync(findExecutable("chroot")!, [root, "/bin/sh", "-c", cmd], { encoding: "utf8", env: { PATH: "/usr/local/bin:/usr/bin:/bin" } });
     expect(chroot(`${GUEST.node} --version`).stdout.trim()).toBe(process.version);
     expect(chroot("python3 -c 'print(6*7)' && git --version && curl --version").status).toBe(0);
+    // What E2B's base has (nothing here writes into the image: npm keeps no log with --logs-max=0).
+    const tools = chroot("node --version && npm --version --logs-max=0 && test -x /usr/local/bin/yarn && pip --version && gcc --version && make --version && jq --version");
+    expect(tools.status, tools.stderr).toBe(0);
+    expect(tools.stdout.split("\n")[0]).toBe(process.version);
+    // envd's Node is a file of its own: whatever the user does to theirs does not reach it.
+    expect(GUEST.node.startsWith("/opt/locale2b/")).toBe(true);
+    expect(statSync(join(root, GUEST.node)).ino).not.toBe(statSync(join(root, "usr/local/bin/node")).ino);
+    expect(statSync(join(root, "usr/bin/ping")).mode & 0o4000).toBe(0o4000); // setuid root: the process runtime keeps it, not capabilities
+    expect(readdirSync(join(root, "usr/lib")).filter((d) => /^python3/.test(d) && existsSync(join(root, "usr/lib", d, "EXTERNALLY-MANAGED")))).toEqual([]);
+    // Exactly the build host's local CA certificates, and trusted (in the system's bundle); no other host file.
+    const hostCAs = readLocalCAs(localCADir());
+    const caDir = join(root, LOCAL_CA_DIR);
+    const inImage = (readdirSync(caDir, { recursive: true }) as string[]).filter((p) => statSync(join(caDir, p)).isFile()).sort();
+    expect(inImage).toEqual(hostCAs.cas.map((c) => c.path).sort());
+    const bundle = readFileSync(join(root, "etc/ssl/certs/ca-certificates.crt"), "utf8");
+    for (const c of hostCAs.cas) {
+      expect(readFileSync(join(caDir, c.path), "utf8")).toBe(c.pem);
+      expect(bundle).toContain(c.pem.trim());
+    }
     const passwd = readFileSync(join(root, "etc/passwd"), "utf8");
     expect(passwd).toMatch(/^user:x:1000:1000::\/home\/user:\/bin\/bash$/m);
     expect(passwd).not.toMatch(/^sudo/m);
