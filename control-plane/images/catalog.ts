@@ -1,5 +1,6 @@
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
+import type { SandboxBoot } from "../domain/template.js";
 import { findTemplateImage, imagesDir } from "./layout.js";
 
 /**
@@ -17,9 +18,19 @@ export class TemplateCatalog {
     return id === "base" || findTemplateImage(id, this.dir) !== undefined;
   }
 
-  /** A built template by its name: its image is the image cache's entry of that name. */
-  resolve(ref: string): { templateId: string; alias: string; boot: { image: string } } | undefined {
-    return this.has(ref) ? { templateId: ref, alias: ref, boot: { image: ref } } : undefined;
+  /** A built template by its name: its image is the image cache's entry of that name, with its definition's start and ready commands. */
+  resolve(ref: string): { templateId: string; alias: string; boot: SandboxBoot } | undefined {
+    return this.has(ref) ? { templateId: ref, alias: ref, boot: this.boot(ref) } : undefined;
+  }
+
+  /** What a sandbox of the built template `name` boots. */
+  boot(name: string): SandboxBoot {
+    const def = findTemplateImage(name, this.dir)?.manifest.definition as { start?: unknown; ready?: unknown } | undefined;
+    return {
+      image: name,
+      ...(typeof def?.start === "string" ? { startCmd: def.start } : {}),
+      ...(typeof def?.ready === "string" ? { readyCmd: def.ready } : {}),
+    };
   }
 
   names(): string[] {

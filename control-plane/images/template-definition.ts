@@ -55,6 +55,10 @@ export interface TemplateDefinition {
   user: string;
   /** The runtime sandboxes of this template run on by default (else the server's --runtime); one of runtimes/registry.ts. */
   runtime?: string;
+  /** E2B's start command: run in the background in every new sandbox of the template, as its user. */
+  start?: string;
+  /** E2B's ready command: a create answers once it exits 0 (default with a start command: E2B's `sleep 20`). */
+  ready?: string;
   /**
    * `node:`: the server's Node for the sandbox's user at /usr/local/bin/node (envd has its own
    * at GUEST.node either way), with `packages` installed globally from the npm registry.
@@ -71,7 +75,7 @@ export class DefinitionError extends Error {
   }
 }
 
-const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user", "runtime", "node"] as const;
+const KEYS = ["description", "release", "variant", "mirror", "packages", "run", "files", "diskSizeMB", "user", "runtime", "node", "start", "ready"] as const;
 const FILE_KEYS = ["path", "content", "from", "mode"] as const;
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 const PACKAGE_RE = /^[a-z0-9][a-z0-9+.-]+$/;
@@ -191,6 +195,9 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
   const runtime = obj.runtime === undefined ? undefined : str("runtime", obj.runtime);
   if (runtime !== undefined && !runtimeNames().includes(runtime)) fail("runtime", `one of ${runtimeNames().join(", ")}`, runtime);
   const node = obj.node === undefined ? undefined : parseNode(obj.node, file, fail);
+  const start = obj.start === undefined ? undefined : str("start", obj.start);
+  const ready = obj.ready === undefined ? undefined : str("ready", obj.ready);
+  if (ready !== undefined && start === undefined) fail("ready", "a ready command only with a start command (add `start:`)", ready);
 
   return {
     name,
@@ -207,6 +214,8 @@ export function parseDefinition(text: string, file: string, env: NodeJS.ProcessE
     user,
     ...(runtime !== undefined ? { runtime: runtime as TemplateDefinition["runtime"] } : {}),
     ...(node ? { node } : {}),
+    ...(start !== undefined ? { start } : {}),
+    ...(ready !== undefined ? { ready } : {}),
     localCAs: readLocalCAs(localCADir(env)),
   };
 }
@@ -296,6 +305,7 @@ export function layerHash(def: TemplateDefinition): string {
 export function templateInputs(def: TemplateDefinition): Record<string, unknown> {
   return {
     ...(def.runtime ? { runtime: def.runtime } : {}),
+    ...(def.start !== undefined ? { start: def.start, ready: def.ready ?? null } : {}),
     ...(def.node ? { node: { packages: def.node.packages.map((p) => p.spec) } } : {}),
     diskSizeMB: def.diskSizeMB,
     files: def.files.map((f) => ({

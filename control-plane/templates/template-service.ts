@@ -191,7 +191,7 @@ export class TemplateService implements TemplateResolver {
       status: "ready",
       ...this.o.defaults,
       tags: [DEFAULT_TAG],
-      result: { image: t.id, rootfsBytes: image.manifest.rootfsBytes },
+      result: { ...this.o.catalog.boot(t.id), rootfsBytes: image.manifest.rootfsBytes },
       envdVersion: ENVD_VERSION,
       createdAt: t.createdAt,
       updatedAt: t.createdAt,
