@@ -65,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         await web.TCPSite(runner, args.host, args.port).start()
         port = runner.addresses[0][1]
-        logger.info("listening", extra={"host": args.host, "port": port, "cwd": contexts.default_cwd})
+        logger.info("listening", extra={"host": args.host, "port": port, "cwd": contexts.default_cwd, "runtimeDir": runtime_dir})
         warm = asyncio.create_task(prewarm(contexts, ready))
         await stop.wait()
         warm.cancel()

@@ -28,6 +28,10 @@ START_TIMEOUT_S = 60
 ALIVE_POLL_S = 1.0
 # How long an interrupted run may take to stop before its kernel is restarted.
 INTERRUPT_GRACE_S = 10.0
+# How long a kernel asked to shut down may take before it is killed. A kernel
+# that shuts down itself also reaps its children (the JavaScript kernel's Node):
+# killed, they would be left as zombies for init to collect.
+SHUTDOWN_WAIT_S = 3.0
 
 _ABANDON = ("abandon", None)
 _RESTARTED = ("restarted", None)
@@ -58,6 +62,7 @@ class KernelSession:
             # ipc "addresses" are socket paths: <ip>-<port>.
             ip=os.path.join(self._runtime_dir, f"k-{self._ident[:8]}"),
             connection_file=os.path.join(self._runtime_dir, f"k-{self._ident[:8]}.json"),
+            shutdown_wait_time=SHUTDOWN_WAIT_S,
         )
         try:
             await self.km.start_kernel(cwd=self.cwd)
@@ -87,13 +92,16 @@ class KernelSession:
             self.kc.stop_channels()
             self.kc = None
 
-    async def restart(self) -> None:
-        """A fresh kernel in the same cwd; a run in progress ends with an error saying so."""
+    async def restart(self, now: bool = False) -> None:
+        """A fresh kernel in the same cwd; a run in progress ends with an error saying so.
+
+        `now`: kill the old kernel rather than ask it to shut down (it is dead or stuck).
+        """
         for route in self._routes.values():
             route.put_nowait(_RESTARTED)
         await self._disconnect()
         try:
-            await self.km.restart_kernel(now=True)
+            await self.km.restart_kernel(now=now)
             await self._connect()
         except Exception as err:
             raise HttpError(500, f"the {self.language.name} kernel did not restart: {err}") from err
@@ -113,7 +121,7 @@ class KernelSession:
         if self.km.has_kernel:
             try:
                 # Also removes the connection file and the IPC sockets.
-                await self.km.shutdown_kernel(now=True)
+                await self.km.shutdown_kernel(now=False)
             except Exception as err:  # already gone
                 log.debug("kernel shutdown", extra={"err": str(err)})
         else:
@@ -180,7 +188,7 @@ class KernelSession:
                 except asyncio.TimeoutError:
                     if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                         log.warning("interrupted code did not stop: restarting the kernel", extra={"language": self.language.name})
-                        await self.restart()
+                        await self.restart(now=True)
                         return
                     if not await self.is_alive():
                         yield await self._died()
@@ -230,7 +238,7 @@ class KernelSession:
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         hint = " (signal 9 is often the out-of-memory killer)" if code == -9 else ""
         log.warning("kernel died", extra={"language": self.language.name, "exitCode": code})
-        await self.restart()
+        await self.restart(now=True)
         return outputs.error(
             "DeadKernelError",
             f"the {self.language.name} kernel {how}{hint} while running this code; "
@@ -243,7 +251,7 @@ class KernelSession:
         if await self.is_alive():
             return None
         code = self._exit_code()
-        await self.restart()
+        await self.restart(now=True)
         return outputs.stream(
             "stderr",
             f"[the {self.language.name} kernel of this context had exited (code {code}) and was restarted: its earlier state is lost]\n",
