@@ -387,7 +387,32 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: streaming, queuein
   });
 });
 
-describe.skipIf(skip !== undefined)(`Code Interpreter server: shutdown${skip ? ` (skipped: ${skip})` : ""}`, () => {
+describe.skipIf(skip !== undefined)(`Code Interpreter server: its own processes${skip ? ` (skipped: ${skip})` : ""}`, () => {
+  it("a client that goes away while its context's kernel starts leaves no kernel unknown to the server", async () => {
+    const own = await startCodeInterpreter((venv as { python: string }).python);
+    try {
+      // No bash context yet: this execution starts the default one. Abort once the start has begun.
+      const abort = new AbortController();
+      const req = fetch(`${own.url}/execute`, { method: "POST", body: JSON.stringify({ code: "echo hi", language: "bash" }), signal: abort.signal }).catch((e: Error) => e);
+      await expect.poll(() => /"starting kernel", "language": "bash"/.test(own.log()), { timeout: 20_000 }).toBe(true);
+      abort.abort();
+      expect(await req).toBeInstanceOf(Error);
+      // The start completes and the kernel becomes the bash default: the next bash execution uses it.
+      const res = await fetch(`${own.url}/execute`, { method: "POST", body: JSON.stringify({ code: "echo $PPID", language: "bash" }) });
+      const out = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l) as Line);
+      const kernelPid = Number(text(out, "stdout").trim());
+      const contexts = (await (await fetch(`${own.url}/contexts`)).json()) as { language: string }[];
+      expect(contexts.map((c) => c.language).sort()).toEqual(["bash", "javascript", "python"]);
+      // One kernel per context among the server's children, the bash one being the one that answered.
+      const kernels = childrenOf(own.child.pid!);
+      expect(kernels).toHaveLength(3);
+      expect(kernels).toContain(kernelPid);
+    } finally {
+      await own.stop();
+    }
+  });
+
+
   it("kernel connection files and IPC sockets sit in a directory only the server's user can enter; SIGTERM stops every kernel and removes it", async () => {
     const own = await startCodeInterpreter((venv as { python: string }).python);
     try {
@@ -411,6 +436,21 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: shutdown${skip ? `
     }
   });
 });
+
+/** The pids whose parent is `pid`. */
+function childrenOf(pid: number): number[] {
+  return readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d))
+    .filter((d) => {
+      try {
+        // stat: "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        return Number(readFileSync(`/proc/${d}/stat`, "utf8").split(") ")[1]!.split(" ")[1]) === pid;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
 
 /** /proc's view of a process, for a failure message. */
 function procState(pid: number): string {

@@ -38,12 +38,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def prewarm(contexts: Contexts, ready: asyncio.Event) -> None:
-    for name in PREWARMED:
+    async def start(name: str) -> None:
         try:
             await contexts.default(languages.find(name))
         except Exception as err:
             # The others still work; a request for this language tries again.
             logger.error("default context did not start", extra={"language": name, "err": str(err)})
+
+    await asyncio.gather(*(start(name) for name in PREWARMED))
     ready.set()
     logger.info("ready", extra={"contexts": len(contexts.list())})
 

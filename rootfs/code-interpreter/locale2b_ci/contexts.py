@@ -44,7 +44,7 @@ class Contexts:
         self.default_cwd = default_cwd
         self._by_id: dict[str, Context] = {}
         self._defaults: dict[str, str] = {}  # language name -> context id
-        self._default_locks = {lang.name: asyncio.Lock() for lang in languages.LANGUAGES}
+        self._default_starts: dict[str, asyncio.Future] = {}  # language name -> its default being made
 
     def list(self) -> list[Context]:
         return list(self._by_id.values())
@@ -57,6 +57,12 @@ class Contexts:
 
     async def create(self, language: Language, cwd: str | None) -> Context:
         cwd = self._check_cwd(cwd)
+        # Shielded: a client that goes away mid-start must not cancel a kernel
+        # half-way (it would run on, known to no context); the context is made
+        # and listed all the same.
+        return await asyncio.shield(_task(self._start(language, cwd)))
+
+    async def _start(self, language: Language, cwd: str) -> Context:
         ident = str(uuid.uuid4())
         session = KernelSession(language, cwd, self._specs, self._runtime_dir, ident)
         await session.start()
@@ -77,12 +83,20 @@ class Contexts:
         return os.path.normpath(cwd)
 
     async def default(self, language: Language) -> Context:
-        async with self._default_locks[language.name]:
-            ctx = self._by_id.get(self._defaults.get(language.name, ""))
-            if ctx is None:
-                ctx = await self.create(language, None)
-                self._defaults[language.name] = ctx.id
+        ctx = self._by_id.get(self._defaults.get(language.name, ""))
+        if ctx is not None:
             return ctx
+        # One start at a time per language, whoever asks (and shielded, as in create).
+        start = self._default_starts.get(language.name)
+        if start is None or start.done():
+            start = _task(self._start_default(language))
+            self._default_starts[language.name] = start
+        return await asyncio.shield(start)
+
+    async def _start_default(self, language: Language) -> Context:
+        ctx = await self._start(language, self.default_cwd)
+        self._defaults[language.name] = ctx.id
+        return ctx
 
     async def for_execute(self, context_id: object, language: object) -> Context:
         if context_id not in (None, ""):
@@ -108,6 +122,13 @@ class Contexts:
     async def close(self) -> None:
         contexts, self._by_id = list(self._by_id.values()), {}
         await asyncio.gather(*(ctx.session.shutdown() for ctx in contexts), return_exceptions=True)
+
+
+def _task(coro) -> asyncio.Future:
+    """A task whose failure counts as seen even if the one waiting for it went away (it is logged where it happens)."""
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
 
 
 def _text(value: object, name: str) -> str | None:

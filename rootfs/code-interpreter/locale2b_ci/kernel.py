@@ -64,6 +64,7 @@ class KernelSession:
             connection_file=os.path.join(self._runtime_dir, f"k-{self._ident[:8]}.json"),
             shutdown_wait_time=SHUTDOWN_WAIT_S,
         )
+        log.info("starting kernel", extra={"language": self.language.name, "cwd": self.cwd})
         try:
             await self.km.start_kernel(cwd=self.cwd)
             await self._connect()
