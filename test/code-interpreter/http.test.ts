@@ -374,6 +374,27 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: streaming, queuein
     expect(main(await execute({ code: "2 * 3", context_id: ctx.id }))!.text).toBe("6");
   });
 
+  it("removing a context ends its running execution and the ones queued behind it, each with an error", async () => {
+    const ctx = await createContext();
+    const running = await post("/execute", { code: "import time\nprint('started', flush=True)\ntime.sleep(3600)", context_id: ctx.id });
+    const seen: Line[] = [];
+    const it = lines(running);
+    seen.push((await it.next()).value as Line);
+    const queued = await post("/execute", { code: "'never'", context_id: ctx.id });
+    expect((await fetch(`${server.url}/contexts/${ctx.id}`, { method: "DELETE" })).status).toBe(204);
+    for await (const line of it) seen.push(line);
+    expect(errorOf(seen)).toMatchObject({ name: "ContextRestarted", value: "the context was removed while this code ran" });
+    const q = (await queued.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l) as Line);
+    expect(q).toEqual([{ type: "error", name: "ContextRestarted", value: "the context was removed before this code ran", traceback: "" }, { type: "end_of_execution" }]);
+  });
+
+  it("two restarts at once both succeed, one after the other, and the context runs code after them", async () => {
+    const ctx = await createContext();
+    const [a, b] = await Promise.all([post(`/contexts/${ctx.id}/restart`, ""), post(`/contexts/${ctx.id}/restart`, "")]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    expect(main(await execute({ code: "1 + 1", context_id: ctx.id }))!.text).toBe("2");
+  });
+
   it("restarting a context while its code runs ends that execution with an error", async () => {
     const ctx = await createContext();
     const res = await post("/execute", { code: "import time\nprint('started', flush=True)\ntime.sleep(3600)", context_id: ctx.id });

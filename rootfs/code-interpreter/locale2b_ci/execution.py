@@ -58,6 +58,9 @@ class Execution:
 
     async def _run_locked(self) -> None:
         session = self.ctx.session
+        if session.closed:
+            self.lines.put_nowait(outputs.error("ContextRestarted", "the context was removed before this code ran", ""))
+            return
         notice = await session.ensure_alive()
         if notice:
             self.lines.put_nowait(notice)

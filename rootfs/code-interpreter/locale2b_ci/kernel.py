@@ -51,6 +51,8 @@ class KernelSession:
         # Bumped by every (re)start: a run's env restore is skipped on a fresh kernel.
         self.generation = 0
         self.closed = False
+        # Restarts and the shutdown, one at a time; a run starts only between them.
+        self._life = asyncio.Lock()
 
     # --- life cycle -------------------------------------------------------
 
@@ -98,9 +100,19 @@ class KernelSession:
 
         `now`: kill the old kernel rather than ask it to shut down (it is dead or stuck).
         """
+        async with self._life:
+            await self._restart(now)
+
+    async def _restart(self, now: bool) -> None:
+        if self.closed:
+            raise HttpError(404, "the context was removed")
+        busy = bool(self._routes)
         for route in self._routes.values():
             route.put_nowait(_RESTARTED)
         await self._disconnect()
+        if busy and not now:
+            # A kernel busy with code shuts down only after that code stops.
+            await self.interrupt()
         try:
             await self.km.restart_kernel(now=now)
             await self._connect()
@@ -111,9 +123,13 @@ class KernelSession:
 
     async def shutdown(self) -> None:
         self.closed = True
+        busy = bool(self._routes)
         for route in self._routes.values():
             route.put_nowait(_RESTARTED)
-        await self._kill()
+        if busy:
+            await self.interrupt()
+        async with self._life:
+            await self._kill()
 
     async def _kill(self) -> None:
         await self._disconnect()
@@ -248,11 +264,13 @@ class KernelSession:
         )
 
     async def ensure_alive(self) -> dict | None:
-        """Before a run: a kernel that died while idle is restarted; returns a stderr line saying so."""
-        if await self.is_alive():
-            return None
-        code = self._exit_code()
-        await self.restart(now=True)
+        """Before a run: waits for a restart in progress; a kernel that died while idle
+        is restarted, and a stderr line says so."""
+        async with self._life:
+            if await self.is_alive():
+                return None
+            code = self._exit_code()
+            await self._restart(now=True)
         return outputs.stream(
             "stderr",
             f"[the {self.language.name} kernel of this context had exited (code {code}) and was restarted: its earlier state is lost]\n",
