@@ -13,8 +13,8 @@ import json
 import os
 import re
 import signal
+import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -77,8 +77,6 @@ def ci_server() -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 

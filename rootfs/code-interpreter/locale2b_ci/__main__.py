@@ -29,10 +29,19 @@ PREWARMED = ("python", "javascript")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m locale2b_ci", description="locale2b's Code Interpreter server")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=49999, help="port to listen on (default 49999, where the SDKs look; 0: any free port, logged)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=49999,
+        help="port to listen on (default 49999, where the SDKs look; 0: any free port, logged)",
+    )
     home = os.path.expanduser("~")
     p.add_argument("--cwd", default=home, help=f"working directory of contexts that name none (default {home})")
-    p.add_argument("--node", default=os.environ.get("LOCALE2B_NODE") or shutil.which("node"), help="the node binary of the JavaScript kernel")
+    p.add_argument(
+        "--node",
+        default=os.environ.get("LOCALE2B_NODE") or shutil.which("node"),
+        help="the node binary of the JavaScript kernel",
+    )
     p.add_argument("--log-level", default=os.environ.get("LOCALE2B_CI_LOG_LEVEL", "info"))
     return p.parse_args(argv)
 
@@ -67,7 +76,9 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         await web.TCPSite(runner, args.host, args.port).start()
         port = runner.addresses[0][1]
-        logger.info("listening", extra={"host": args.host, "port": port, "cwd": contexts.default_cwd, "runtimeDir": runtime_dir})
+        logger.info(
+            "listening", extra={"host": args.host, "port": port, "cwd": contexts.default_cwd, "runtimeDir": runtime_dir}
+        )
         warm = asyncio.create_task(prewarm(contexts, ready))
         await stop.wait()
         warm.cancel()

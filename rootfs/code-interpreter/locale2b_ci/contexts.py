@@ -52,7 +52,10 @@ class Contexts:
     def get(self, context_id: str) -> Context:
         ctx = self._by_id.get(context_id)
         if ctx is None:
-            raise HttpError(404, f"context {context_id!r} not found: it was removed, or never created here (GET /contexts lists them)")
+            raise HttpError(
+                404,
+                f"context {context_id!r} not found: it was removed, or never created here (GET /contexts lists them)",
+            )
         return ctx
 
     async def create(self, language: Language, cwd: str | None) -> Context:
@@ -104,7 +107,10 @@ class Contexts:
                 raise HttpError(400, "context_id must be a string (a context's id)")
             ctx = self.get(context_id)
             if language not in (None, "") and languages.find(_text(language, "language")) is not ctx.language:
-                raise HttpError(400, f"context {context_id} runs {ctx.language.name}, not {language}: give the context or the language, not both")
+                raise HttpError(
+                    400,
+                    f"context {context_id} runs {ctx.language.name}, not {language}: give the context or the language, not both",
+                )
             return ctx
         return await self.default(languages.find(_text(language, "language")))
 

@@ -165,8 +165,6 @@ class KernelSession:
         while True:
             try:
                 msg = await get()
-            except asyncio.CancelledError:
-                raise
             except Exception as err:  # a message that does not parse: drop it, keep reading
                 log.warning("bad kernel message", extra={"channel": channel, "err": str(err)})
                 continue
@@ -199,12 +197,19 @@ class KernelSession:
         deadline = None  # set once interrupted
         try:
             while not (idle and reply is not None):
-                wait = ALIVE_POLL_S if deadline is None else min(ALIVE_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time()))
+                wait = (
+                    ALIVE_POLL_S
+                    if deadline is None
+                    else min(ALIVE_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time()))
+                )
                 try:
                     channel, msg = await asyncio.wait_for(route.get(), wait)
                 except asyncio.TimeoutError:
                     if deadline is not None and asyncio.get_running_loop().time() >= deadline:
-                        log.warning("interrupted code did not stop: restarting the kernel", extra={"language": self.language.name})
+                        log.warning(
+                            "interrupted code did not stop: restarting the kernel",
+                            extra={"language": self.language.name},
+                        )
                         await self.restart(now=True)
                         return
                     if not await self.is_alive():
@@ -237,10 +242,19 @@ class KernelSession:
                     yield outputs.result(content.get("data", {}), False)
                 elif kind == "error":
                     saw_error = True
-                    yield outputs.error(content.get("ename", "Error"), content.get("evalue", ""), content.get("traceback", []))
+                    yield outputs.error(
+                        content.get("ename", "Error"), content.get("evalue", ""), content.get("traceback", [])
+                    )
             if silent:
                 if reply.get("status") == "error":
-                    log.warning("silent code failed", extra={"language": self.language.name, "ename": reply.get("ename"), "evalue": reply.get("evalue")})
+                    log.warning(
+                        "silent code failed",
+                        extra={
+                            "language": self.language.name,
+                            "ename": reply.get("ename"),
+                            "evalue": reply.get("evalue"),
+                        },
+                    )
                 return
             # The reply repeats the error; a kernel that sent none on iopub still gets one reported.
             if reply.get("status") == "error" and not saw_error:

@@ -21,7 +21,11 @@ def specs(node: str | None) -> dict[str, dict]:
     return {
         "locale2b-python": {
             "argv": [
-                python, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                python,
+                "-m",
+                "ipykernel_launcher",
+                "-f",
+                "{connection_file}",
                 f"--IPKernelApp.exec_files={PYTHON_STARTUP}",
                 # No history database in the user's home: cells are not kept across restarts anyway.
                 "--HistoryManager.enabled=False",

@@ -18,11 +18,7 @@ from .errors import HttpError
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Python: the previous values are kept on the `os` module, out of the user's namespace.
-_PY_SET = (
-    "import os\n"
-    "os._locale2b_saved_env = {k: os.environ.get(k) for k in envs}\n"
-    "os.environ.update(envs)\n"
-)
+_PY_SET = "import os\nos._locale2b_saved_env = {k: os.environ.get(k) for k in envs}\nos.environ.update(envs)\n"
 _PY_RESTORE = (
     "import os\n"
     "for k, v in getattr(os, '_locale2b_saved_env', {}).items():\n"
@@ -120,7 +116,10 @@ def check_envs(envs: object) -> dict[str, str]:
         raise HttpError(400, "env_vars must be an object mapping variable names to string values")
     for name, value in envs.items():
         if not ENV_NAME.match(name):
-            raise HttpError(400, f"env_vars: {name!r} is not a valid environment variable name (letters, digits and _, not starting with a digit)")
+            raise HttpError(
+                400,
+                f"env_vars: {name!r} is not a valid environment variable name (letters, digits and _, not starting with a digit)",
+            )
         if not isinstance(value, str):
             raise HttpError(400, f"env_vars: the value of {name} must be a string, got {type(value).__name__}")
         if "\0" in value:

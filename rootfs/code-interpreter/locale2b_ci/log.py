@@ -32,5 +32,3 @@ def setup(level: str) -> None:
     root.setLevel(level.upper())
     # aiohttp's access log would be one unstructured line per request.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-
-

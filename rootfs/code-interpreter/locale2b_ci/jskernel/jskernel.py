@@ -128,7 +128,9 @@ class JavaScriptKernel(Kernel):
         node = self._node
         interrupted_at = None
         while True:
-            timeout = None if interrupted_at is None else max(0.0, interrupted_at + INTERRUPT_GRACE_S - time.monotonic())
+            timeout = (
+                None if interrupted_at is None else max(0.0, interrupted_at + INTERRUPT_GRACE_S - time.monotonic())
+            )
             try:
                 got = list(node.read(timeout))
             except KeyboardInterrupt:
@@ -174,7 +176,9 @@ class JavaScriptKernel(Kernel):
         if kind == "stream":
             self._stream(event["name"], event["text"], silent)
         elif kind == "result" and not silent:
-            self.send_response(self.iopub_socket, "execute_result", {"execution_count": count, "data": event["data"], "metadata": {}})
+            self.send_response(
+                self.iopub_socket, "execute_result", {"execution_count": count, "data": event["data"], "metadata": {}}
+            )
         elif kind == "error":
             error = {"ename": event["ename"], "evalue": event["evalue"], "traceback": event["traceback"]}
             if not silent:

@@ -133,7 +133,10 @@ def _category_mapping(axis) -> dict:
 
 
 def _tick_names(axis) -> list[tuple[float, str]]:
-    return [(float(pos), label.get_text()) for pos, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels())]
+    return [
+        (float(pos), label.get_text())
+        for pos, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=False)
+    ]
 
 
 def _nearest(names: list[tuple[float, str]], at: float) -> str:
