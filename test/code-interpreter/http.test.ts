@@ -249,7 +249,7 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: contexts${skip ? `
     expect(pids.filter(alive)).toEqual(pids);
     const res = await fetch(`${server.url}/contexts/${ctx.id}`, { method: "DELETE" });
     expect(res.status).toBe(204);
-    await expect.poll(() => pids.filter(alive).map((p) => `${p}: ${procState(p)}`), { timeout: 2_000 }).toEqual([]);
+    await expect.poll(() => pids.filter(alive).map((p) => `${p}: ${procState(p)}`), { timeout: 10_000 }).toEqual([]);
     const list = (await (await fetch(`${server.url}/contexts`)).json()) as { id: string }[];
     expect(list.map((c) => c.id)).not.toContain(ctx.id);
     expect((await post("/execute", { code: "1", context_id: ctx.id })).status).toBe(404);
@@ -272,6 +272,14 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: contexts${skip ? `
     expect(errorOf(await run("let let = 1"))!.name).toBe("SyntaxError");
     expect(main(await run("require('node:path').join('a', 'b')"))!.text).toBe("'a/b'");
     expect(main(await run("process.cwd()"))!.text).toBe(`'${server.cwd}'`);
+  });
+
+  it("JavaScript: process.exit() ends the Node process; the error says the state is lost and the next cell runs", async () => {
+    const ctx = await createContext({ language: "javascript" });
+    await execute({ code: "globalThis.before = 1", context_id: ctx.id });
+    const err = errorOf(await execute({ code: "process.exit(3)", context_id: ctx.id }))!;
+    expect(err).toMatchObject({ name: "KernelRestarted", value: expect.stringMatching(/exited with code 3.*state is lost/) });
+    expect(main(await execute({ code: "typeof before", context_id: ctx.id }))!.text).toBe("'undefined'");
   });
 
   it("bash: output, state across cells, a failing command is an error", async () => {
@@ -450,7 +458,7 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: its own processes$
       expect(pids).toHaveLength(4);
       expect(pids.filter((p) => !alive(p))).toEqual([]);
       expect(await own.stop()).toBe(0);
-      await expect.poll(() => pids.filter(alive).map((p) => `${p}: ${procState(p)}`), { timeout: 2_000 }).toEqual([]);
+      await expect.poll(() => pids.filter(alive).map((p) => `${p}: ${procState(p)}`), { timeout: 10_000 }).toEqual([]);
       expect(existsSync(runtimeDir)).toBe(false);
     } finally {
       await own.stop();

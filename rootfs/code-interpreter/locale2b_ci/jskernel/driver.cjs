@@ -16,6 +16,7 @@
 
 const fs = require("node:fs");
 const inspector = require("node:inspector");
+const net = require("node:net");
 const path = require("node:path");
 const readline = require("node:readline");
 const util = require("node:util");
@@ -68,31 +69,33 @@ const state = new Int32Array(new SharedArrayBuffer(4));
 // The interrupt reader: a worker, because the main thread is the one busy in a
 // `while (true) {}`. It asks V8 (through an inspector session on the main
 // thread) to terminate the running script, and tells the main thread, which
-// stops waiting for a cell that is awaiting something.
+// stops waiting for a cell that is awaiting something. Its session stays
+// connected: one opened when the interrupt comes could not connect while the
+// main thread is busy.
 const worker = new Worker(
   `
-  const fs = require("node:fs");
   const inspector = require("node:inspector");
+  const net = require("node:net");
   const { parentPort, workerData } = require("node:worker_threads");
   const state = new Int32Array(workerData.state);
   const session = new inspector.Session();
   session.connectToMainThread();
-  const buf = Buffer.alloc(256);
+  const terminate = () => session.post("Runtime.terminateExecution", () => {});
+  // A socket over the pipe, not fs.read: a read blocked in the thread pool
+  // would keep the worker, and so Node's exit, waiting.
+  const pipe = new net.Socket({ fd: workerData.fd, readable: true, writable: false });
   let pending = "";
-  const read = () => fs.read(workerData.fd, buf, 0, buf.length, null, (err, n) => {
-    if (err || n === 0) return;
-    pending += buf.toString("latin1", 0, n);
+  pipe.on("data", (chunk) => {
+    pending += chunk.toString("latin1");
     const lines = pending.split("\\n");
     pending = lines.pop();
     for (const line of lines) {
       const id = Number(line);
       if (!Number.isInteger(id) || id <= 0) continue;
-      if (Atomics.compareExchange(state, 0, id, -id) === id) session.post("Runtime.terminateExecution", () => {});
+      if (Atomics.compareExchange(state, 0, id, -id) === id) terminate();
       parentPort.postMessage(id);
     }
-    read();
   });
-  read();
   `,
   { eval: true, workerData: { fd: INTERRUPT_FD, state: state.buffer } },
 );
@@ -205,7 +208,8 @@ process.on("SIGINT", () => {});
 
 // Cells run one after another, in the order they arrive.
 let queue = Promise.resolve();
-const cells = readline.createInterface({ input: fs.createReadStream(null, { fd: CELLS_FD }) });
+// A socket over the pipe, as for interrupts: no thread-pool read for exit to wait on.
+const cells = readline.createInterface({ input: new net.Socket({ fd: CELLS_FD, readable: true, writable: false }) });
 cells.on("line", (line) => {
   const { id, code } = JSON.parse(line);
   queue = queue.then(() => runCell(id, code));

@@ -188,7 +188,11 @@ class JavaScriptKernel(Kernel):
 
     def _replace_node(self, why: str, silent: bool) -> dict:
         """Node exited, or ignored an interrupt: a new one (the context's state is lost)."""
-        code = self._node.proc.poll()
+        try:
+            # Its events pipe closed: it has exited, or is about to.
+            code = self._node.proc.wait(timeout=5) if why == "exited" else None
+        except subprocess.TimeoutExpired:
+            code = None
         self._node.close()
         self._start_node()
         if why == "stuck":
