@@ -274,6 +274,27 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: contexts${skip ? `
     expect(main(await run("process.cwd()"))!.text).toBe(`'${server.cwd}'`);
   });
 
+  it("JavaScript: import statements and import() work, from builtins and from packages in the context's cwd", async () => {
+    const pkg = join(server.cwd, "node_modules", "l2b-esm");
+    mkdirSync(pkg, { recursive: true });
+    writeFileSync(join(pkg, "package.json"), JSON.stringify({ name: "l2b-esm", type: "module", main: "index.js" }));
+    writeFileSync(join(pkg, "index.js"), "export const answer = 42;\nexport default 'dflt';\n");
+    const ctx = await createContext({ language: "javascript" });
+    const run = async (code: string) => {
+      const ls = await execute({ code, context_id: ctx.id });
+      expect(errorOf(ls)).toBeUndefined();
+      return main(ls)!.text;
+    };
+    expect(await run('import os from "node:os";\nos.platform()')).toBe("'linux'");
+    expect(await run("import { join, basename as base } from 'node:path'\n[join('a', 'b'), base('/x/y')]")).toBe("[ 'a/b', 'y' ]");
+    expect(await run('import dflt, { answer } from "l2b-esm"\n[dflt, answer]')).toBe("[ 'dflt', 42 ]");
+    expect(await run('import * as esm from "l2b-esm"\nesm.answer + 1')).toBe("43");
+    expect(await run('(await import("l2b-esm")).answer')).toBe("42");
+    // Imported once, the binding stays, and importing again is allowed.
+    expect(await run("answer")).toBe("42");
+    expect(await run('import { answer } from "l2b-esm"; answer * 2')).toBe("84");
+  });
+
   it("JavaScript: process.exit() ends the Node process; the error says the state is lost and the next cell runs", async () => {
     const ctx = await createContext({ language: "javascript" });
     await execute({ code: "globalThis.before = 1", context_id: ctx.id });

@@ -23,6 +23,7 @@ const util = require("node:util");
 const vm = require("node:vm");
 const { createRequire } = require("node:module");
 const { Worker } = require("node:worker_threads");
+const { IMPORTER, importer, rewriteImports } = require("./imports.cjs");
 
 const [CELLS_FD, EVENTS_FD, INTERRUPT_FD] = process.argv.slice(2, 5).map(Number);
 
@@ -55,6 +56,8 @@ for (const name of ["stdout", "stderr"]) {
 // `require` as in a script in the working directory: packages installed there
 // (npm install) and global ones (NODE_PATH) resolve.
 globalThis.require = createRequire(path.join(process.cwd(), "[cell]"));
+// `import` statements and import() calls, rewritten to this (imports.cjs).
+globalThis[IMPORTER] = importer(process.cwd());
 
 const session = new inspector.Session();
 session.connect();
@@ -166,7 +169,7 @@ async function runCell(id, code) {
     try {
       session.post(
         "Runtime.evaluate",
-        { expression: wrapObjectLiteral(code), replMode: true, awaitPromise: true, objectGroup: "cell" },
+        { expression: wrapObjectLiteral(rewriteImports(code)), replMode: true, awaitPromise: true, objectGroup: "cell" },
         (err, res) => (err ? reject(err) : resolve(res)),
       );
     } finally {
