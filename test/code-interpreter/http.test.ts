@@ -143,7 +143,7 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: endpoints${skip ? 
     expect(results[3]!.json).toEqual({ a: 1 });
     expect(results[4]!.latex).toBe("$x$");
     expect(results[5]!.javascript).toBe("1");
-    expect(results[6]).toMatchObject({ text: "custom", extra: { "application/x-thing": "v" } });
+    expect(results[6]).toMatchObject({ text: "custom", extra: { "application/x-thing": "v" }, "application/x-thing": "v" });
     expect(results[7]).toMatchObject({ text: "'last'", is_main_result: true });
   });
 

@@ -69,6 +69,14 @@ describe.skipIf(skip !== undefined)(`@e2b/code-interpreter (JS) against our serv
     expect(results).toHaveLength(1);
   });
 
+  it("a MIME type without a field of its own is in Result.extra and formats()", async () => {
+    const ex = await sbx.runCode("display({'text/plain': 'custom', 'application/x-thing': {'k': 1}}, raw=True)");
+    const r = ex.results[0]!;
+    expect(r.text).toBe("custom");
+    expect(r.extra).toEqual({ "application/x-thing": { k: 1 } });
+    expect(r.formats()).toContain("application/x-thing");
+  });
+
   it("a DataFrame is an HTML result", async () => {
     const ex = await sbx.runCode("import pandas as pd\npd.DataFrame({'city': ['Oslo', 'Lima'], 'n': [1, 2]})");
     expect(ex.results[0]!.formats()).toContain("html");

@@ -160,6 +160,13 @@ def test_matplotlib_plot_is_a_png_with_a_chart(sbx):
     assert [(e.label, e.group, e.value) for e in bar.chart.elements] == [("x", "g", "5"), ("y", "g", "7")]
 
 
+def test_unknown_mime_type_is_in_extra(sbx):
+    (r,) = sbx.run_code("display({'text/plain': 'custom', 'application/x-thing': {'k': 1}}, raw=True)").results
+    assert r.text == "custom"
+    assert r.extra == {"application/x-thing": {"k": 1}}
+    assert "application/x-thing" in r.formats()
+
+
 def test_dataframe_is_html(sbx):
     ex = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
     (r,) = ex.results

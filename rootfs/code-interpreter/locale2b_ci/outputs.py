@@ -13,8 +13,10 @@ What the SDKs' parsers read (`parseOutput` in @e2b/code-interpreter,
 
 Both SDKs skip types they do not know; the body ends with
 {"type": "end_of_execution"} so a raw client can tell a finished execution
-from a cut connection. A result carries only the formats the kernel gave;
-MIME types without a field of their own go under `extra`.
+from a cut connection. A result carries only the formats the kernel gave.
+MIME types without a field of their own go under `extra` (what the Python
+SDK's Result reads) and also at the top level, by their MIME type (what the
+JS SDK's Result gathers into its `extra`: it skips a key named `extra`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def result(data: dict, is_main: bool) -> dict:
             extra[mime] = value
     if extra:
         line["extra"] = extra
+        line.update(extra)
     return line
 
 
