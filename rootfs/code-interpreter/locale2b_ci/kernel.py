@@ -191,25 +191,19 @@ class KernelSession:
         self._routes[msg_id] = route
         if on_start:
             on_start(msg_id)
+        loop = asyncio.get_running_loop()
         idle = False
         reply = None
         saw_error = False
         deadline = None  # set once interrupted
         try:
             while not (idle and reply is not None):
-                wait = (
-                    ALIVE_POLL_S
-                    if deadline is None
-                    else min(ALIVE_POLL_S, max(0.0, deadline - asyncio.get_running_loop().time()))
-                )
+                wait = ALIVE_POLL_S if deadline is None else min(ALIVE_POLL_S, max(0.0, deadline - loop.time()))
                 try:
                     channel, msg = await asyncio.wait_for(route.get(), wait)
                 except asyncio.TimeoutError:
-                    if deadline is not None and asyncio.get_running_loop().time() >= deadline:
-                        log.warning(
-                            "interrupted code did not stop: restarting the kernel",
-                            extra={"language": self.language.name},
-                        )
+                    if deadline is not None and loop.time() >= deadline:
+                        log.warning("interrupted code did not stop: restarting", extra={"language": self.language.name})
                         await self.restart(now=True)
                         return
                     if not await self.is_alive():
@@ -218,51 +212,40 @@ class KernelSession:
                     continue
                 if channel == "abandon":
                     if deadline is None:
-                        deadline = asyncio.get_running_loop().time() + INTERRUPT_GRACE_S
+                        deadline = loop.time() + INTERRUPT_GRACE_S
                         await self.interrupt()
-                    continue
-                if channel == "restarted":
+                elif channel == "restarted":
                     why = "removed" if self.closed else "restarted"
                     yield outputs.error("ContextRestarted", f"the context was {why} while this code ran", "")
                     return
-                content = msg["content"]
-                kind = msg["msg_type"]
-                if channel == "shell":
-                    if kind == "execute_reply":
-                        reply = content
-                elif kind == "status":
-                    idle = content.get("execution_state") == "idle"
-                elif silent:
-                    continue
-                elif kind == "stream":
-                    yield outputs.stream(content.get("name", "stdout"), content.get("text", ""))
-                elif kind == "execute_result":
-                    yield outputs.result(content.get("data", {}), True)
-                elif kind in ("display_data", "update_display_data"):
-                    yield outputs.result(content.get("data", {}), False)
-                elif kind == "error":
-                    saw_error = True
-                    yield outputs.error(
-                        content.get("ename", "Error"), content.get("evalue", ""), content.get("traceback", [])
-                    )
-            if silent:
-                if reply.get("status") == "error":
-                    log.warning(
-                        "silent code failed",
-                        extra={
-                            "language": self.language.name,
-                            "ename": reply.get("ename"),
-                            "evalue": reply.get("evalue"),
-                        },
-                    )
-                return
-            # The reply repeats the error; a kernel that sent none on iopub still gets one reported.
-            if reply.get("status") == "error" and not saw_error:
-                yield outputs.error(reply.get("ename", "Error"), reply.get("evalue", ""), reply.get("traceback", []))
-            if reply.get("execution_count") is not None:
-                yield outputs.execution_count(reply["execution_count"])
+                elif channel == "shell":
+                    if msg["msg_type"] == "execute_reply":
+                        reply = msg["content"]
+                elif msg["msg_type"] == "status":
+                    idle = msg["content"].get("execution_state") == "idle"
+                elif not silent and (line := _output(msg["msg_type"], msg["content"])) is not None:
+                    saw_error = saw_error or line["type"] == "error"
+                    yield line
+            for line in self._finish(reply, saw_error, silent):
+                yield line
         finally:
             self._routes.pop(msg_id, None)
+
+    def _finish(self, reply: dict, saw_error: bool, silent: bool) -> list[dict]:
+        """The lines the execute_reply adds: its error if iopub carried none, and the execution count."""
+        if silent:
+            if reply.get("status") == "error":
+                extra = {"language": self.language.name, "ename": reply.get("ename"), "evalue": reply.get("evalue")}
+                log.warning("silent code failed", extra=extra)
+            return []
+        lines = []
+        if reply.get("status") == "error" and not saw_error:
+            lines.append(
+                outputs.error(reply.get("ename", "Error"), reply.get("evalue", ""), reply.get("traceback", []))
+            )
+        if reply.get("execution_count") is not None:
+            lines.append(outputs.execution_count(reply["execution_count"]))
+        return lines
 
     async def _died(self) -> dict:
         code = self._exit_code()
@@ -289,3 +272,16 @@ class KernelSession:
             "stderr",
             f"[the {self.language.name} kernel of this context had exited (code {code}) and was restarted: its earlier state is lost]\n",
         )
+
+
+def _output(kind: str, content: dict) -> dict | None:
+    """The line for an iopub output message (None for the kinds the SDKs have no use for)."""
+    if kind == "stream":
+        return outputs.stream(content.get("name", "stdout"), content.get("text", ""))
+    if kind == "execute_result":
+        return outputs.result(content.get("data", {}), True)
+    if kind in ("display_data", "update_display_data"):
+        return outputs.result(content.get("data", {}), False)
+    if kind == "error":
+        return outputs.error(content.get("ename", "Error"), content.get("evalue", ""), content.get("traceback", []))
+    return None
