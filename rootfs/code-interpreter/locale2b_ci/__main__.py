@@ -2,7 +2,7 @@
 
 In a `code-interpreter-v1` sandbox it runs as `user` on 0.0.0.0:49999 (see
 start-server.sh); the sandbox's network is reached only through locale2b's
-proxy, which checks the sandbox's tokens.
+proxy (docs/code-interpreter.md, Security).
 """
 
 from __future__ import annotations
