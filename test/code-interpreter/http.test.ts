@@ -463,6 +463,33 @@ describe.skipIf(skip !== undefined)(`Code Interpreter server: its own processes$
   });
 
 
+  it("SIGTERM while code runs in every language: the running executions end with an error, the server exits by itself", async () => {
+    const own = await startCodeInterpreter((venv as { python: string }).python);
+    try {
+      const codes = { python: "import time\nprint('go', flush=True)\ntime.sleep(3600)", javascript: "console.log('go'); while (true) {}", bash: "echo go; sleep 3600" };
+      const streams = await Promise.all(
+        Object.entries(codes).map(async ([language, code]) => {
+          const res = await fetch(`${own.url}/execute`, { method: "POST", body: JSON.stringify({ code, language }) });
+          const it = lines(res);
+          expect((await it.next()).value).toMatchObject({ type: "stdout" });
+          return it;
+        }),
+      );
+      const runtimeDir = JSON.parse(own.log().split("\n").find((l) => l.includes('"listening"'))!).runtimeDir as string;
+      own.child.kill("SIGTERM");
+      for (const it of streams) {
+        const rest: Line[] = [];
+        for await (const line of it) rest.push(line);
+        expect(rest).toEqual([{ type: "error", name: "ContextRestarted", value: "the context was removed while this code ran", traceback: "" }, { type: "end_of_execution" }]);
+      }
+      // Exited by itself: stop() would report SIGKILL had it had to use it.
+      expect(await own.stop()).toBe(0);
+      expect(existsSync(runtimeDir)).toBe(false);
+    } finally {
+      await own.stop();
+    }
+  });
+
   it("kernel connection files and IPC sockets sit in a directory only the server's user can enter; SIGTERM stops every kernel and removes it", async () => {
     const own = await startCodeInterpreter((venv as { python: string }).python);
     try {

@@ -67,7 +67,13 @@ async def serve(args: argparse.Namespace) -> None:
     contexts = Contexts(specs_dir, runtime_dir, os.path.abspath(args.cwd))
     ready = asyncio.Event()
     # handler_cancellation: a client that goes away cancels its handler, which interrupts its execution.
-    runner = web.AppRunner(app.build(contexts, ready), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        app.build(contexts, ready),
+        handler_cancellation=True,
+        access_log=None,
+        # At exit, how long requests still in flight may take (aiohttp's default: 60 s).
+        shutdown_timeout=5.0,
+    )
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -84,8 +90,10 @@ async def serve(args: argparse.Namespace) -> None:
         warm.cancel()
         logger.info("stopping")
     finally:
-        await runner.cleanup()
+        # Kernels first: that ends running executions (with an error line), so
+        # their streaming responses finish and the HTTP shutdown need not wait.
         await contexts.close()
+        await runner.cleanup()
         shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
