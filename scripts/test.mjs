@@ -117,6 +117,9 @@ if (process.env.LOCALE2B_TEST_NO_VM === "1") {
   if (!kernel.ok) fail(`guest kernel build (exit ${kernel.code})`);
   const template = run("base template (cached)", process.execPath, [join(root, "dist", "control-plane", "cli", "main.js"), "template", "build", "base"]);
   if (!template.ok) fail(`base template build (exit ${template.code})`);
+  // The Code Interpreter SDKs' default template (test/code-interpreter/e2e.test.ts, test/python/test_code_interpreter.py).
+  const ci = run("code-interpreter-v1 template (cached)", process.execPath, [join(root, "dist", "control-plane", "cli", "main.js"), "template", "build", "code-interpreter-v1"]);
+  if (!ci.ok) fail(`code-interpreter-v1 template build (exit ${ci.code})`);
 }
 
 // 3: tests, with a JSON report beside the usual output.

@@ -279,6 +279,13 @@ export async function runServeCommand(args: string[]): Promise<number> {
     throw err;
   }
   process.stdout.write(startBanner(opts, cp));
+  // The other built-in templates (code-interpreter-v1), built once, in the background: the server answers meanwhile.
+  if (runtimeNamed(opts.runtime).baseImageAtStart && process.getuid?.() === 0 && setting("LOCALE2B_NO_IMAGE_BUILD") !== "1") {
+    const { BACKGROUND_TEMPLATES, buildInBackground } = await import("../images/first-use.js");
+    void (async () => {
+      for (const name of BACKGROUND_TEMPLATES) await buildInBackground(name, imagesDir());
+    })();
+  }
 
   await new Promise<void>((resolve) => {
     onStop = resolve;

@@ -33,30 +33,49 @@ export function installBuildTools(say: (line: string) => void): string[] {
 }
 
 /**
- * Builds (or finds cached) the `base` template for the process runtime,
- * printing progress on stderr. Throws with what to install when it cannot.
+ * Builds (or finds cached) the built-in template `name` (rootfs/templates),
+ * printing progress on `out`. Throws with what to install when it cannot.
  */
-export async function ensureBaseTemplate(imagesDir: string, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+export async function ensureBuiltInTemplate(name: string, imagesDir: string, out: NodeJS.WritableStream = process.stderr, purpose = "sandbox image"): Promise<void> {
   const say = (line: string) => out.write(`locale2b: ${line}\n`);
   const { buildTemplate } = await import("./template-build.js");
   const { findTemplateImage } = await import("./layout.js");
-  const had = findTemplateImage("base", imagesDir) !== undefined;
+  const had = findTemplateImage(name, imagesDir) !== undefined;
   const stillMissing = installBuildTools(say).filter((p) => p !== "nftables");
   if (stillMissing.length) {
     if (had) return; // an older build still runs sandboxes; the next start can update it
-    throw new Error(`the base sandbox image cannot be built here: install ${stillMissing.join(", ")} (apt-get install ${stillMissing.join(" ")}), or build it elsewhere into ${imagesDir}`);
+    throw new Error(`the ${name} ${purpose} cannot be built here: install ${stillMissing.join(", ")} (apt-get install ${stillMissing.join(" ")}), or build it elsewhere into ${imagesDir}`);
   }
   let announced = false;
-  const r = await buildTemplate("base", {
+  const r = await buildTemplate(name, {
     imagesDir,
     progress: (e) => {
       // Steps 1-3 (envd bundle, init, npm packages) run, cached or not, even when the image is up to date: stay quiet for them.
       if (e.state === "cached" || (e.state === "start" && e.index < 4)) return;
-      if (!announced) say(`preparing the base sandbox image in ${imagesDir} (first start: a few minutes; cached afterwards)`);
+      if (!announced) say(`preparing the ${name} ${purpose} in ${imagesDir} (first use: a few minutes; cached afterwards)`);
       announced = true;
-      if (e.state === "start") say(`  [${e.index}/${e.total}] ${e.title}…`);
-      else if (e.state === "done") say(`  [${e.index}/${e.total}] ${e.title}: ${e.note ?? "done"} (${Math.round(e.seconds ?? 0)} s)`);
+      if (e.state === "start") say(`  ${name} [${e.index}/${e.total}] ${e.title}…`);
+      else if (e.state === "done") say(`  ${name} [${e.index}/${e.total}] ${e.title}: ${e.note ?? "done"} (${Math.round(e.seconds ?? 0)} s)`);
     },
   });
-  if (!r.cached) say(`base sandbox image ${r.id} ready in ${Math.round(r.seconds)} s`);
+  if (!r.cached) say(`${name} ${purpose} ${r.id} ready in ${Math.round(r.seconds)} s`);
+}
+
+/** The `base` template, which every sandbox of the process and gvisor runtimes runs on unless asked otherwise. */
+export function ensureBaseTemplate(imagesDir: string, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+  return ensureBuiltInTemplate("base", imagesDir, out, "sandbox image");
+}
+
+/** Built-in templates `serve` builds in the background once it listens, so they are there by the time they are asked for. */
+export const BACKGROUND_TEMPLATES = ["code-interpreter-v1"];
+
+/** Built-in templates being built in the background now: name -> when it started. */
+export const buildingInBackground = new Map<string, number>();
+
+/** Builds `name` in the background (one at a time), saying so on `out`; failures are reported, not thrown. */
+export function buildInBackground(name: string, imagesDir: string, out: NodeJS.WritableStream = process.stderr): Promise<void> {
+  buildingInBackground.set(name, Date.now());
+  return ensureBuiltInTemplate(name, imagesDir, out, "template")
+    .catch((err: Error) => void out.write(`locale2b: building the ${name} template failed: ${err.message} (sandboxes of it cannot start; 'locale2b template build ${name}' says more)\n`))
+    .finally(() => buildingInBackground.delete(name));
 }

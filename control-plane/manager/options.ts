@@ -35,6 +35,8 @@ export interface TemplateResolver {
   resolve(ref: string): ResolvedTemplate | undefined;
   /** What a create may name, for the error an unknown one gets. */
   names(): string[];
+  /** Why a template that is not there yet will be (a built-in being built for its first use), if so. */
+  pending?(ref: string): string | undefined;
 }
 
 /**

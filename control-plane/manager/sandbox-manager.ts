@@ -167,6 +167,8 @@ export class SandboxManager {
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
     const template = input.boot ? { templateId: input.templateId, boot: input.boot } : this.o.templates.resolve(input.templateId);
     if (!template) {
+      const pending = this.o.templates.pending?.(input.templateId);
+      if (pending) throw new ControlPlaneError("unavailable", pending);
       throw new ControlPlaneError("not_found", `template '${input.templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with the E2B Template SDK or 'locale2b template build <name>')`);
     }
     const image = template.boot.image;

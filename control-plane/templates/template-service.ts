@@ -8,6 +8,7 @@ import { ENVD_VERSION } from "../../envd/version.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxBoot, BuildLogEntry, BuildSpec, RegistryAuth, TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import type { TemplateCatalog } from "../images/catalog.js";
+import { buildingInBackground } from "../images/first-use.js";
 import { findTemplateImage } from "../images/layout.js";
 import type { ResolvedTemplate, TemplateResolver } from "../manager/options.js";
 import type { Store } from "../store/store.js";
@@ -151,6 +152,12 @@ export class TemplateService implements TemplateResolver {
     if (!result) return undefined;
     const { rootfsBytes: _size, ...boot } = result;
     return boot;
+  }
+
+  pending(raw: string): string | undefined {
+    const started = buildingInBackground.get(raw);
+    if (started === undefined) return undefined;
+    return `template '${raw}' is being built for its first use on this server (started ${Math.round((Date.now() - started) / 1000)} s ago; it takes a few minutes, once): try again shortly`;
   }
 
   names(): string[] {
