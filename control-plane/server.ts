@@ -10,7 +10,9 @@ import { H1H2cServer } from "../envd/server/h1-h2c-server.js";
 import { listenerFor, parseListen } from "../envd/server/listen.js";
 import { registerReflection } from "../envd/server/reflection.js";
 import { SandboxService } from "../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
+import { TemplateService } from "../gen/ts/locale2b/controlplane/v1/template_pb.js";
 import { registerSandboxService } from "./api/connect/service.js";
+import { registerTemplateService } from "./api/connect/templates.js";
 import type { ApiDeps } from "./api/deps.js";
 import { createEnvdProxy } from "./api/proxy/proxy.js";
 import { createRestApi } from "./api/rest/router.js";
@@ -206,7 +208,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     jsonOptions: { ignoreUnknownFields: true },
     routes(router) {
       registerSandboxService(router, deps);
-      registerReflection(router, [SandboxService.file]);
+      registerTemplateService(router, deps);
+      registerReflection(router, [SandboxService.file, TemplateService.file]);
     },
     fallback: (req, res) => void rest(req as IncomingMessage, res as ServerResponse),
   });

@@ -20,6 +20,7 @@ export class BuildLog {
   private entries: BuildLogEntry[] | undefined;
   private full = false;
   private removed = false;
+  private readonly listeners = new Set<(entry: BuildLogEntry) => void>();
 
   constructor(readonly file: string) {}
 
@@ -36,6 +37,13 @@ export class BuildLog {
     list.push(kept);
     mkdirSync(dirname(this.file), { recursive: true });
     appendFileSync(this.file, `${JSON.stringify(kept)}\n`);
+    for (const listener of this.listeners) listener(kept);
+  }
+
+  /** Calls `listener` with each entry added from now on (a watch of the build: api/connect/build-watch.ts); returns its removal. */
+  subscribe(listener: (entry: BuildLogEntry) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   /** Every entry, oldest first. */

@@ -1,5 +1,6 @@
-// Test helpers for the Connect API: generated clients over Connect JSON and
-// gRPC, a watcher that collects WatchSandboxEvents, and `buf curl`.
+// Test helpers for the Connect API: generated clients over Connect JSON,
+// Connect binary and gRPC, a watcher that collects WatchSandboxEvents, and
+// `buf curl`.
 import { ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { execFile } from "node:child_process";
@@ -11,11 +12,14 @@ import {
   type WatchSandboxEventsRequest,
   type WatchSandboxEventsResponse,
 } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
+import { TemplateService } from "../../gen/ts/locale2b/controlplane/v1/template_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WatchSandboxEventsRequestSchema } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
 
 export type SandboxClient = Client<typeof SandboxService>;
-export type Protocol = "connect-json" | "grpc";
+export type TemplateClient = Client<typeof TemplateService>;
+/** Connect JSON and binary over HTTP/1.1 (as the E2B SDKs reach a server on http://), gRPC over h2c. */
+export type Protocol = "connect-json" | "connect-binary" | "grpc";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const BUF = join(root, "node_modules", ".bin", "buf");
@@ -27,14 +31,21 @@ function headers(h: Record<string, string>): Interceptor {
   };
 }
 
+function transport(url: string, protocol: Protocol, auth: Record<string, string>) {
+  const interceptors = [headers(auth)];
+  return protocol === "grpc"
+    ? createGrpcTransport({ baseUrl: url, interceptors })
+    : createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: protocol === "connect-binary", interceptors });
+}
+
 /** A SandboxService client; `auth` are extra request headers (x-api-key by default). */
 export function apiClient(url: string, protocol: Protocol, auth: Record<string, string>): SandboxClient {
-  const interceptors = [headers(auth)];
-  const transport =
-    protocol === "grpc"
-      ? createGrpcTransport({ baseUrl: url, interceptors })
-      : createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: false, interceptors });
-  return createClient(SandboxService, transport);
+  return createClient(SandboxService, transport(url, protocol, auth));
+}
+
+/** A TemplateService client, as apiClient. */
+export function templateClient(url: string, protocol: Protocol, auth: Record<string, string>): TemplateClient {
+  return createClient(TemplateService, transport(url, protocol, auth));
 }
 
 /** The error a promise rejects with (as a ConnectError), or a failure when it resolves. */

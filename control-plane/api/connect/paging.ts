@@ -1,5 +1,6 @@
-// ListSandboxes pages: an opaque cursor (startedAt, id) over the store's
-// order, so a page boundary stays put while sandboxes come and go.
+// List pages: ListSandboxes with an opaque cursor (startedAt, id) over the
+// store's order, so a page boundary stays put while sandboxes come and go;
+// templates and their builds by the id that starts the next page.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { SandboxRecord } from "../../domain/sandbox.js";
 
@@ -35,4 +36,22 @@ export function page(all: SandboxRecord[], limit: number, token: string): { item
   }
   const items = rest.slice(0, size);
   return { items, next: rest.length > size ? encode(items[items.length - 1]!) : "" };
+}
+
+/**
+ * One page of a list whose items have ids and a fixed order (templates,
+ * builds): the token names the first item of the next page, so a page stays
+ * put while items are added at the end; one whose item is gone is refused.
+ */
+export function pageById<T>(all: T[], idOf: (item: T) => string, limit: number, token: string, what: string): { items: T[]; next: string } {
+  const size = limit === 0 ? DEFAULT_PAGE_SIZE : Math.min(limit, MAX_PAGE_SIZE);
+  let start = 0;
+  if (token) {
+    const id = Buffer.from(token, "base64url").toString("utf8");
+    start = all.findIndex((item) => idOf(item) === id);
+    if (start < 0) throw new ConnectError(`invalid page_token: pass next_page_token from the previous response (the ${what} it points at may be gone: start again from the first page)`, Code.InvalidArgument);
+  }
+  const items = all.slice(start, start + size);
+  const next = all[start + size];
+  return { items, next: next ? Buffer.from(idOf(next)).toString("base64url") : "" };
 }

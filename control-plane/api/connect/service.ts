@@ -12,7 +12,8 @@ import {
 import type { CreateSandboxInput } from "../../domain/sandbox.js";
 import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../auth.js";
 import type { ApiDeps } from "../deps.js";
-import { required, sandboxToProto, stateFromProto, toConnectError } from "./convert.js";
+import { rpcCall } from "./call.js";
+import { required, sandboxToProto, stateFromProto } from "./convert.js";
 import { auditInterceptor, CALLER_KEY } from "./audit.js";
 import { page } from "./paging.js";
 import { snapshotHandlers } from "./snapshots.js";
@@ -59,18 +60,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
   const { manager, metrics } = deps;
   const log = deps.log.child({ component: "connect-api" });
 
-  /** Runs a handler, mapping what it throws to a Connect code (and logging server-side failures). */
-  async function call<T>(method: string, sandboxId: string | undefined, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (err) {
-      const ce = toConnectError(err);
-      const fields = { method, ...(sandboxId ? { sandboxId } : {}), code: Code[ce.code] };
-      if (ce.code === Code.Internal || ce.code === Code.Unavailable) log.error({ ...fields, err }, "rpc failed");
-      else log.debug({ ...fields, msg: ce.rawMessage }, "rpc refused");
-      throw ce;
-    }
-  }
+  const call = rpcCall(log);
 
   router.service(
     SandboxService,

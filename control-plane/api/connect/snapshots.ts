@@ -16,13 +16,12 @@ import { pageSnapshots } from "../../snapshots/paging.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import type { SnapshotRecord } from "../../domain/snapshot.js";
 import type { ApiDeps } from "../deps.js";
+import type { Call } from "./call.js";
 import { required, sandboxToProto, toConnectError } from "./convert.js";
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from "./paging.js";
 
 const FORK_DEFAULT_TIMEOUT = 15;
 const FORK_MAX_COUNT = 100;
-
-type Call = <T>(method: string, sandboxId: string | undefined, fn: () => Promise<T>) => Promise<T>;
 
 export function snapshotToProto(s: SnapshotRecord): MessageInitShape<typeof SnapshotSchema> {
   return {
