@@ -115,7 +115,7 @@ function checkStep(step: BuildStep, n: number, fileKnown: (hash: string) => bool
       checkSource(src, where);
       if (!step.filesHash) bad(`${where}: no filesHash: upload the files first (the SDK does it in Template.build)`);
       if (!HASH.test(step.filesHash)) bad(`${where}: invalid filesHash '${printable(step.filesHash)}'`);
-      if (!fileKnown(step.filesHash)) bad(`${where}: the files of '${printable(src)}' (hash ${step.filesHash}) were never uploaded: ask for an upload URL with GET /templates/{templateID}/files/{hash} and PUT them there`);
+      if (!fileKnown(step.filesHash)) bad(`${where}: the files of '${printable(src)}' (hash ${step.filesHash}) were never uploaded: ask for an upload URL (REST: GET /templates/{templateID}/files/{hash}; Connect: GetFileUploadUrl) and PUT them there`);
       return;
     }
     case "ENV":
