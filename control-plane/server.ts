@@ -54,6 +54,8 @@ export interface ControlPlaneOptions {
   imagesDir?: string;
   /** Sandboxes of the default shape kept started ahead of creates (default 0). */
   warmPool?: number;
+  /** Sandboxes kept started ahead of creates for each other template with a start command created lately (default 0). */
+  templateWarmPool?: number;
   limits?: Partial<ManagerLimits>;
   /** Sandbox starts at once and how many may wait (default: one per CPU, 16 waiting per CPU). */
   admission?: Partial<AdmissionLimits>;
@@ -132,6 +134,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   // Built once the manager runs; the manager's quiesce hook reaches it.
   let activity: Activity | undefined;
   let snapshotsRef: SnapshotService | undefined;
+  let managerRef: SandboxManager | undefined;
   const templates: Templates = createTemplates({
     store,
     catalog,
@@ -141,6 +144,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     seed: tokenSeed(store),
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
     snapshotNamed: (name) => snapshotsRef?.resolve(name) !== undefined,
+    dropWarm: (image) => managerRef?.dropWarm(image) ?? Promise.resolve(),
     log: log.child({ component: "templates" }),
   });
   const manager = new SandboxManager({
@@ -158,6 +162,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     readyTimeoutMs: 30_000,
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,
+    templateWarmPool: opts.templateWarmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
     prepare: async (target, dir, guest) => {
       const sandboxLog = log.child({ sandboxId: target.endpoint.sandboxId });
@@ -168,6 +173,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     },
     log,
   });
+  managerRef = manager;
   await manager.start();
   const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }) });
   snapshots.start();

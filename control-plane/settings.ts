@@ -24,6 +24,7 @@ export const SETTINGS = {
   LOCALE2B_URL: { what: "the server client commands talk to", default: "http://127.0.0.1:3000", reader: "cli" },
   LOCALE2B_RUNTIME: { what: "sandbox runtime: process, gvisor, qemu or firecracker", default: "process", reader: "serve", flag: "--runtime" },
   LOCALE2B_WARM_POOL: { what: "sandboxes started ahead of time for default-shape creates", default: "2 on process, else 0", reader: "serve", flag: "--warm-pool" },
+  LOCALE2B_TEMPLATE_WARM_POOL: { what: "sandboxes kept started ahead of creates for each other template with a start command created lately (at most 4 templates)", default: "1 on process, else 0", reader: "serve" },
   LOCALE2B_MAX_CONCURRENT_CREATES: { what: "sandbox starts run at once", default: "one per CPU", reader: "serve", flag: "--max-concurrent-creates" },
   LOCALE2B_CREATE_QUEUE: { what: "creates that may wait for a start before 429", default: "16 per start slot", reader: "serve", flag: "--create-queue" },
   LOCALE2B_AUDIT_RETENTION_DAYS: { what: "days audit entries are kept", default: "30", reader: "serve", flag: "--audit-retention-days" },

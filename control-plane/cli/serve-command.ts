@@ -86,6 +86,7 @@ export interface ServeOptions {
   apiKey?: string;
   runtime: string;
   warmPool: number;
+  templateWarmPool: number;
   activity: Partial<ActivitySettings>;
   workspace: Partial<WorkspaceSettings>;
   maxConcurrentCreates?: number;
@@ -137,6 +138,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     maxConcurrentCreates: intOption(values["max-concurrent-creates"] ?? setting("LOCALE2B_MAX_CONCURRENT_CREATES", env), "--max-concurrent-creates", "serve", { min: 1, max: 1024 }),
     createQueue: intOption(values["create-queue"] ?? setting("LOCALE2B_CREATE_QUEUE", env), "--create-queue", "serve", { min: 0, max: 100_000 }),
     warmPool: intOption(values["warm-pool"] ?? setting("LOCALE2B_WARM_POOL", env), "--warm-pool", "serve", { min: 0, max: 64 }) ?? runtimeNamed(runtime).warmPoolDefault,
+    templateWarmPool: intOption(setting("LOCALE2B_TEMPLATE_WARM_POOL", env), "LOCALE2B_TEMPLATE_WARM_POOL", "serve", { min: 0, max: 16 }) ?? (runtimeNamed(runtime).warmPoolDefault > 0 ? 1 : 0),
     ...activityOptions(values, env),
   };
 }
@@ -262,6 +264,7 @@ export async function runServeCommand(args: string[]): Promise<number> {
       createRuntime: other,
       imagesDir: images,
       warmPool: opts.warmPool,
+      templateWarmPool: opts.templateWarmPool,
       activity: opts.activity,
       workspace: opts.workspace,
       admission: {

@@ -86,6 +86,8 @@ export interface TemplateBuildRecord {
   tags: string[];
   spec?: BuildSpec;
   result?: BuildResult;
+  /** Its image was removed (no tag pointed at it any more); the record stays as history. */
+  imageRemoved?: boolean;
   envdVersion: string;
   /** ms since epoch */
   createdAt: number;

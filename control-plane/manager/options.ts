@@ -44,7 +44,7 @@ export interface TemplateResolver {
  * /init is done; resolves once its ready command succeeded (or at once when
  * the template has neither).
  */
-export type StartCommand = (target: EnvdTarget, rec: SandboxRecord) => Promise<void>;
+export type StartCommand = (target: EnvdTarget, boot: SandboxBoot | undefined) => Promise<void>;
 
 export interface ManagerOptions {
   store: Store;
@@ -67,6 +67,8 @@ export interface ManagerOptions {
   admission?: AdmissionLimits;
   /** Sandboxes of the default shape kept started ahead of creates (default 0: none). */
   warmPool?: number;
+  /** Sandboxes kept started ahead of creates for each other template with a start command created lately (default 0). */
+  templateWarmPool?: number;
   /**
    * Runs once a new sandbox's envd answers (for a warm sandbox: while it is
    * made, ahead of any create; else before the create is answered). `token`

@@ -4,6 +4,8 @@ import { join } from "node:path";
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
 import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
+import { WarmPools } from "./warm-pools.js";
+import type { SandboxBoot } from "../domain/template.js";
 import { removeLeftovers } from "./leftovers.js";
 import type { ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
@@ -36,7 +38,7 @@ export class SandboxManager {
   private readonly instances = new InstanceTable();
   private readonly locks = new KeyedLock();
   private readonly runtimes: RuntimeSet;
-  private readonly warm: WarmPool | undefined;
+  private readonly warm: WarmPools;
   private readonly admission: Admission;
   private readonly timeouts: Timeouts;
   private closed = false;
@@ -47,20 +49,31 @@ export class SandboxManager {
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
     this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
     this.timeouts = new Timeouts({ ...o, locks: this.locks, maxSeconds: o.limits.maxTimeoutSeconds, get: (id) => this.get(id), expire: (rec) => this.expire(rec) });
-    if (o.warmPool) {
-      this.warm = new WarmPool({
-        size: o.warmPool,
-        shape: { templateId: "base", ...o.defaults },
-        runtime: () => this.runtimes.forTemplate("base"),
-        dir: (id) => this.dir(id),
-        waitReady: async (id, inst) => {
-          await this.waitReady(id, inst);
-          await this.o.prepare?.({ endpoint: this.endpointOf(id, inst), token: "" }, this.dir(id));
-        },
-        admit: (start) => this.admission.run(start, { background: true }),
-        log: o.log.child({ component: "warm-pool" }),
-      });
-    }
+    const base = o.warmPool ? this.warmPool({ templateId: "base", ...o.defaults }, { image: "base" }, o.warmPool) : undefined;
+    this.warm = new WarmPools({
+      ...(base ? { base } : {}),
+      perTemplate: o.templateWarmPool ?? 0,
+      make: (shape, boot, size) => this.warmPool(shape, boot, size),
+      log: o.log.child({ component: "warm-pool" }),
+    });
+  }
+
+  /** A pool of `size` sandboxes of `shape`, envd up, prepared, and the template's start command ready. */
+  private warmPool(shape: WarmShape, boot: SandboxBoot, size: number): WarmPool {
+    return new WarmPool({
+      size,
+      shape,
+      runtime: () => this.runtimes.forTemplate(shape.templateId),
+      dir: (id) => this.dir(id),
+      waitReady: async (id, inst) => {
+        await this.waitReady(id, inst);
+        const target = { endpoint: this.endpointOf(id, inst), token: "" };
+        await this.o.prepare?.(target, this.dir(id));
+        await this.o.startCommand?.(target, boot);
+      },
+      admit: (start) => this.admission.run(start, { background: true }),
+      log: this.o.log.child({ component: "warm-pool", image: shape.templateId }),
+    });
   }
 
   private waitReady(id: string, inst: Instance): Promise<void> {
@@ -99,20 +112,25 @@ export class SandboxManager {
     }
     this.timeouts.start();
     await removeLeftovers({ ...this.o, runtimeByName: (n) => this.runtimes.byName(n) });
-    this.warm?.fill();
+    this.warm.pool("base")?.fill();
   }
 
   /** Starts in progress and waiting, and the limits (metrics). */
   admissionStats = (): AdmissionStats => this.admission.stats();
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
-  get warmCount(): number { return this.warm?.size ?? 0; }
+  get warmCount(): number { return this.warm.count; }
+
+  /** An image's warm sandboxes go (its template was deleted or rebuilt). */
+  dropWarm(image: string): Promise<void> {
+    return this.warm.drop(image);
+  }
 
   /** Stops the reaper, kills warm sandboxes and closes connections; sandboxes keep running for the next start. */
   async close(): Promise<void> {
     this.closed = true;
     this.timeouts.stop();
-    await this.warm?.close();
+    await this.warm.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
     for (const inst of this.instances.all()) inst.detach();
@@ -182,18 +200,24 @@ export class SandboxManager {
     const shape = { templateId: image, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
     input = { ...input, templateId: template.templateId, boot: template.boot, ...("alias" in template && template.alias ? { alias: template.alias } : {}) };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
-    if (!egress && !from && this.warm?.matches(shape, input.allowInternetAccess ?? true)) {
-      const warm = this.warm.take();
+    const pool = this.warm.pool(image);
+    // A template's start command ran before any create: it has the create's env vars only through envd, so a create with its own waits for a fresh one.
+    const envsOk = !template.boot.startCmd || Object.keys(input.envVars ?? {}).length === 0;
+    if (!egress && !from && envsOk && pool?.matches(shape, input.allowInternetAccess ?? true)) {
+      const warm = pool.take();
       if (warm && warm.runtime === runtime) {
-        const rec = await this.claimWarm(warm, input, shape, timeout).catch((err: unknown) => {
+        const rec = await this.claimWarm(warm, input, shape, timeout, pool).catch((err: unknown) => {
           if (err instanceof ControlPlaneError) throw err; // capacity: the same answer a new one would get
           this.o.log.warn({ err, sandboxId: warm.id }, "handing out a warm sandbox failed: starting a new one");
           return undefined;
         });
         if (rec) return rec;
       } else if (warm) {
-        await this.warm.discard(warm);
+        await pool.discard(warm);
       }
+    } else if (!from && !pool && image !== "base" && (template.boot.startCmd || template.boot.readyCmd)) {
+      // A template whose sandboxes take long to get ready (a start command): warm ones for the next creates.
+      this.warm.noteCold(shape, template.boot);
     }
     // Over the sandbox limit: refused before queueing. Then one of the host's
     // start slots (or a place in the bounded queue, else 429): the readiness
@@ -222,7 +246,7 @@ export class SandboxManager {
         await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
         // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
-        if (from?.kind !== "memory") await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec);
+        if (from?.kind !== "memory") await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec.boot);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
@@ -241,7 +265,7 @@ export class SandboxManager {
   }
 
   /** Hands a warm sandbox out: its record, then the create's settings through /init. */
-  private claimWarm(warm: WarmSandbox, input: CreateSandboxInput, shape: WarmShape, timeout: number): Promise<SandboxRecord> {
+  private claimWarm(warm: WarmSandbox, input: CreateSandboxInput, shape: WarmShape, timeout: number, pool: WarmPool): Promise<SandboxRecord> {
     return this.locks.run(warm.id, async () => {
       const now = Date.now();
       try {
@@ -253,7 +277,7 @@ export class SandboxManager {
       } catch (err) {
         this.o.store.deleteSandbox(warm.id);
         this.o.transport.forget(warm.id);
-        await this.warm!.discard(warm);
+        await pool.discard(warm);
         throw err;
       }
     });

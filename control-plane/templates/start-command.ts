@@ -6,7 +6,6 @@
 // no memory snapshot of the template already running them).
 import { setTimeout as sleep } from "node:timers/promises";
 import { Process } from "../../gen/ts/process/process_pb.js";
-import type { SandboxRecord } from "../domain/sandbox.js";
 import type { SandboxBoot } from "../domain/template.js";
 import type { EnvdRpc, EnvdTarget } from "../transport/envd-rpc.js";
 
@@ -109,7 +108,7 @@ export async function runStartCommand(rpc: EnvdRpc, target: EnvdTarget, boot: Sa
   }
 }
 
-/** The manager's hook: a new sandbox's template start and ready commands. */
-export function startCommandHook(rpc: EnvdRpc, timeoutMs = READY_TIMEOUT_MS): (target: EnvdTarget, rec: SandboxRecord) => Promise<void> {
-  return (target, rec) => runStartCommand(rpc, target, rec.boot, { timeoutMs });
+/** The manager's hook: a new (or warm) sandbox's template start and ready commands. */
+export function startCommandHook(rpc: EnvdRpc, timeoutMs = READY_TIMEOUT_MS): (target: EnvdTarget, boot: SandboxBoot | undefined) => Promise<void> {
+  return (target, boot) => runStartCommand(rpc, target, boot, { timeoutMs });
 }

@@ -319,6 +319,7 @@ export class TemplateService implements TemplateResolver {
       for (const tag of b.tags) this.o.store.putTemplateTag({ templateId: b.templateId, tag, buildId: b.id, createdAt: now });
       const t = this.o.store.getTemplate(b.templateId);
       if (t) this.o.store.putTemplate({ ...t, cpuCount: b.cpuCount, memoryMB: b.memoryMB, updatedAt: now });
+      void this.pruneImages(b.templateId);
     }
     const log = this.openLogs.get(b.id);
     if (log) {
@@ -328,6 +329,25 @@ export class TemplateService implements TemplateResolver {
     }
     this.o.log.info({ templateId: b.templateId, buildId: b.id, status, reason: reason?.message }, "template build finished");
     return next;
+  }
+
+  /**
+   * Removes the images of a template's builds no tag points at any more (a
+   * rebuild moved them) and no sandbox or snapshot boots: their records stay,
+   * as history.
+   */
+  private async pruneImages(templateId: string): Promise<void> {
+    const tagged = new Set(this.o.store.listTemplateTags(templateId).map((t) => t.buildId));
+    for (const b of this.o.store.listTemplateBuilds(templateId)) {
+      if (!b.result || tagged.has(b.id) || b.imageRemoved || this.o.imageInUse?.(b.result.image)) continue;
+      try {
+        await this.o.removeImage?.(b.result.image);
+        this.o.store.putTemplateBuild({ ...b, imageRemoved: true });
+        this.o.log.info({ templateId, buildId: b.id, image: b.result.image }, "removed the image of a build no tag points at");
+      } catch (err) {
+        this.o.log.warn({ err, image: b.result.image }, "removing an untagged build's image failed");
+      }
+    }
   }
 
   /** A build's log (in memory while the build runs). */

@@ -35,6 +35,8 @@ export function createTemplates(o: {
   seed: Buffer;
   defaults: TemplateDefaults;
   snapshotNamed: (name: string) => boolean;
+  /** An image's warm sandboxes go before the image does. */
+  dropWarm?: (image: string) => Promise<void>;
   settings?: TemplateSettings;
   log: Logger;
 }): Templates {
@@ -57,7 +59,10 @@ export function createTemplates(o: {
       ];
       return parts.length ? parts.join(" and ") : undefined;
     },
-    removeImage: (image) => removeImage(o.imagesDir, image),
+    removeImage: async (image) => {
+      await o.dropWarm?.(image);
+      await removeImage(o.imagesDir, image);
+    },
     log: o.log,
   });
   const builder = new TemplateBuilder({
