@@ -1,7 +1,8 @@
 import { mkdirSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { Instance, Runtime } from "../runtimes/runtime.js";
+import type { Instance, InstanceSpec, Runtime } from "../runtimes/runtime.js";
+import { createHash } from "node:crypto";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
 import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
 import { WarmPools } from "./warm-pools.js";
@@ -237,7 +238,7 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
+        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log, ...this.warmUpFor(rec) };
         inst = await (input.fromSnapshot ? runtime.createFromSnapshot(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);
@@ -246,7 +247,7 @@ export class SandboxManager {
         await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
         // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
-        if (from?.kind !== "memory") await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec.boot);
+        if (from?.kind !== "memory" && !inst.warmedUp) await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec.boot);
       } catch (err) {
         // The console says why a guest never got to envd; the directory holding it goes below.
         const consoleTail = (await inst?.logs().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
@@ -262,6 +263,19 @@ export class SandboxManager {
       }
       return this.created(rec, inst, runtime.name, timeout, now);
     });
+  }
+
+  /**
+   * A template's start command for a runtime that checkpoints booted
+   * sandboxes (InstanceSpec.warmUp): only for creates without env vars of
+   * their own (the checkpoint's start command ran without them).
+   */
+  private warmUpFor(rec: SandboxRecord): Pick<InstanceSpec, "warmUp"> {
+    const boot = rec.boot;
+    if (!boot?.startCmd || !this.o.startCommand || Object.keys(rec.envVars).length > 0) return {};
+    const start = this.o.startCommand;
+    const key = createHash("sha256").update(JSON.stringify([boot.startCmd, boot.readyCmd ?? null, boot.user ?? null, boot.workdir ?? null, boot.envs ?? {}])).digest("hex").slice(0, 12);
+    return { warmUp: { key, run: (endpoint) => start({ endpoint, token: "" }, boot) } };
   }
 
   /** Hands a warm sandbox out: its record, then the create's settings through /init. */

@@ -1,6 +1,6 @@
 import type { EgressPolicy } from "../domain/network.js";
 import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
-import type { PausePolicy } from "../transport/endpoint.js";
+import type { Endpoint, PausePolicy } from "../transport/endpoint.js";
 import type { Logger } from "pino";
 
 /** What a runtime needs to start one sandbox. */
@@ -21,6 +21,14 @@ export interface InstanceSpec {
    * restores it when a create claims it.
    */
   background?: boolean;
+  /**
+   * For a runtime that starts sandboxes from a checkpoint of a booted one
+   * (gVisor's warm start): what makes the checkpointed sandbox ready for its
+   * template (its start command, run through `endpoint` before the
+   * checkpoint), and a key naming it. An instance restored from such a
+   * checkpoint says so (Instance.warmedUp), and its template's processes run.
+   */
+  warmUp?: { key: string; run: (endpoint: Endpoint) => Promise<void> };
   log: Logger;
 }
 
@@ -70,6 +78,8 @@ export interface Instance {
   readonly pauseConnections?: PausePolicy;
   /** Set on an instance restored from another sandbox's memory snapshot whose guest must be renamed and re-addressed. */
   readonly restoredGuest?: GuestIdentity;
+  /** Restored from a checkpoint taken after InstanceSpec.warmUp ran: the template's start command already runs. */
+  readonly warmedUp?: boolean;
   /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */
   readonly readyTimeoutMs?: number;
   pause(): Promise<void>;

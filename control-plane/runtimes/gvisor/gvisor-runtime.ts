@@ -116,7 +116,9 @@ export class GvisorRuntime implements Runtime {
       return this.start(spec);
     }
     try {
-      return await this.start(spec, warm);
+      const inst = await this.start(spec, warm);
+      inst.warmedUp = spec.warmUp !== undefined;
+      return inst;
     } catch (err) {
       spec.log.warn({ err }, "restoring the warm-start image failed: starting cold (the image is built again)");
       this.warm.discard(root, key);

@@ -85,6 +85,8 @@ export class GvisorInstance implements Instance {
   readonly socketPath: string;
   readonly defaultUser = GUEST.user;
   readonly defaultWorkdir = GUEST.home;
+  /** Restored from a warm-start image taken after the template's start command ran (gvisor-runtime.ts sets it). */
+  warmedUp = false;
   /** A cold runsc start under load (2 shared cores) can take several seconds. */
   readonly readyTimeoutMs = 60_000;
   private readonly deaths: DeathWatch;

@@ -22,7 +22,7 @@ export interface WarmImage {
 
 /** What a warm image fits: the template's build and the sandbox's shape (its memory, CPU and disk are in the image). */
 export function warmKey(spec: InstanceSpec, templateBuild: string): string {
-  return `${templateBuild}-c${spec.cpuCount}-m${spec.memoryMB}-d${spec.diskSizeMB}`.replace(/[^A-Za-z0-9._-]/g, "_");
+  return `${templateBuild}-c${spec.cpuCount}-m${spec.memoryMB}-d${spec.diskSizeMB}${spec.warmUp ? `-w${spec.warmUp.key}` : ""}`.replace(/[^A-Za-z0-9._-]/g, "_");
 }
 
 export class WarmImages {
@@ -76,6 +76,8 @@ export class WarmImages {
     const endpoint = new LocalEndpoint(id, inst.socketPath);
     try {
       await new EnvdClient().waitReady(endpoint, 60_000, () => inst.alive(), () => inst.vsockReady());
+      // The template's start command, running (and ready) in the checkpoint.
+      await spec.warmUp?.run(endpoint);
       mkdirSync(tmp, { recursive: true, mode: 0o700 });
       await inst.snapshot(tmp, { kind: "memory", paused: false });
       renameSync(tmp, join(root, key));
