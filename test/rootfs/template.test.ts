@@ -81,7 +81,7 @@ describe("template definitions", () => {
   });
 
   it("names the file, the key and what was expected", () => {
-    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user, runtime, node`);
+    expect(err("pakages: [git]\n")).toBe(`${F}: unknown key 'pakages' (did you mean 'packages'?); known keys: description, release, variant, mirror, packages, run, files, diskSizeMB, user, runtime, node, start, ready`);
     expect(err("packages: git\n")).toBe(`${F}: 'packages': expected a list of Debian package names, got the string "git"`);
     expect(err("packages: [git, Foo_Bar]\n")).toMatch(/'packages\[1\]': expected a Debian package name .*got the string "Foo_Bar"/);
     expect(err("run: [ls, 3]\n")).toMatch(/^\/defs\/demo\.yaml: 'run\[1\]': expected a shell command .*got number 3$/);
@@ -98,6 +98,16 @@ describe("template definitions", () => {
     expect(err("packages: [git\n")).toMatch(/^\/defs\/demo\.yaml: YAML error: /);
     expect(err("run: [a]\nrun: [b]\n")).toMatch(/YAML error: .*unique/i);
     expect(() => parseDefinition("{}", "/defs/Bad Name.yaml", {})).toThrow(/template name 'Bad Name'/);
+  });
+
+  it("takes E2B's start and ready commands (a ready command only with a start command); they change the template's hash", () => {
+    const def = parse("start: python3 -m http.server 8000\nready: curl -sf http://127.0.0.1:8000/\n");
+    expect(def.start).toBe("python3 -m http.server 8000");
+    expect(def.ready).toBe("curl -sf http://127.0.0.1:8000/");
+    expect(() => parse("ready: 'true'\n")).toThrow(/'ready': expected a ready command only with a start command/);
+    expect(() => parse("start: [a]\n")).toThrow(/'start': expected a string/);
+    const without = parse("{}\n");
+    expect(JSON.stringify(templateInputs(def))).not.toBe(JSON.stringify(templateInputs(without)));
   });
 
   it("reads file modes as octal, quoted or not", () => {
