@@ -48,7 +48,7 @@ export const SETTINGS = {
   LOCALE2B_TEMPLATE_BUILDS: { what: "template builds run at once (the rest wait their turn)", default: "one per 4 CPUs, at least 1", reader: "serve" },
   LOCALE2B_TEMPLATE_BUILD_TIMEOUT_S: { what: "seconds a template build may take", default: "3600", reader: "serve" },
   LOCALE2B_TEMPLATE_BUILD_DISK_MB: { what: "disk of a template build's sandbox, MiB (sparse: only what it writes takes space)", default: "10240", reader: "serve" },
-  LOCALE2B_TEMPLATE_CACHE_MB: { what: "template build step cache size, MiB (the results used longest ago go first)", default: "20480", reader: "serve" },
+  LOCALE2B_TEMPLATE_CACHE_MB: { what: "template build step cache size, MiB (the results used longest ago go first)", default: "10240", reader: "serve" },
   LOCALE2B_TEMPLATE_UPLOAD_MAX_MB: { what: "largest COPY upload of a template build, MiB", default: "2048", reader: "serve" },
   LOCALE2B_TEMPLATE_READY_TIMEOUT_S: { what: "seconds a template's ready command may take to succeed (its build's check, and each create)", default: "600", reader: "serve" },
   LOCALE2B_TEMPLATE_UPLOAD_TTL_S: { what: "seconds a template file upload URL stays valid", default: "3600", reader: "serve" },

@@ -16,6 +16,7 @@ import type { PulledBase } from "./builder.js";
 import { BuildFailure } from "./builder.js";
 import { imageWorkDir, provisionGuest, publishImage } from "./image-output.js";
 import { rmSync } from "node:fs";
+import { utimes } from "node:fs/promises";
 
 /** Bumped when what is added to a pulled image changes. */
 const PROVISION_VERSION = 1;
@@ -36,7 +37,10 @@ export async function pullBase(
   const [bundle, init, node] = await Promise.all([ensureEnvdBundle(o.imagesDir), ensureInitBinary(o.imagesDir), nodeBinaryHash(process.execPath, o.imagesDir)]);
   const key = createHash("sha256").update(JSON.stringify({ v: PROVISION_VERSION, digest: pulled.digest, envd: bundle.hash16, init, node, ext4: o.ext4 })).digest("hex").slice(0, 16);
   const image = `@oci-${key}`;
-  if (!findTemplateImage(image, o.imagesDir)) {
+  const existing = findTemplateImage(image, o.imagesDir);
+  // Used now: its age is what the clean-up of base images unused for a week reads.
+  if (existing) await utimes(existing.dir, new Date(), new Date()).catch(() => undefined);
+  if (!existing) {
     o.say("adding locale2b's envd and init to the image");
     const work = await imageWorkDir(o.imagesDir, image);
     try {

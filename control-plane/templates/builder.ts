@@ -288,7 +288,8 @@ export class TemplateBuilder {
       return await publishImage(this.d.imagesDir, work, key, {
         ext4,
         diskSizeMB: build.diskSizeMB,
-        description: { templateId: build.templateId, buildId: build.id, from: spec.fromImage ?? spec.fromTemplate ?? "base", steps: spec.steps.length },
+        // `owner`: the server whose template this build is (image-output.ts removes images whose owner is gone).
+        description: { owner: this.d.dataDir, templateId: build.templateId, buildId: build.id, from: spec.fromImage ?? spec.fromTemplate ?? "base", steps: spec.steps.length },
       });
     } catch (err) {
       rmSync(work.dir, { recursive: true, force: true });

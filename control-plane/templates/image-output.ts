@@ -7,7 +7,8 @@
 // build's: a setuid binary in it is not for the host's users), and renamed
 // into place once complete.
 import { randomBytes } from "node:crypto";
-import { chmod, chown, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { chmod, chown, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { ensureEnvdBundle } from "../images/envd-bundle.js";
 import { ensureInitBinary } from "../images/guest-init.js";
@@ -104,6 +105,47 @@ export async function publishImage(
   await rename(work.dir, dir);
   await setCurrent(imagesDir, key, id);
   return { key, dir, rootfsBytes };
+}
+
+/** Images of pulled base images (`@oci-…`) not used as a base for this long are removed. */
+const BASE_IMAGE_IDLE_MS = 7 * 24 * 3600_000;
+
+/**
+ * Removes the images of template builds whose server is gone (a data dir
+ * deleted with its templates: tests, a reinstall) or that this server no
+ * longer has (`known`), and pulled base images unused for a week. Images of
+ * another live server (its data dir is there) are never touched.
+ */
+export async function removeOrphanImages(imagesDir: string, dataDir: string, known: (buildId: string) => boolean, log?: (line: string) => void): Promise<string[]> {
+  const templates = join(imagesDir, "templates");
+  const removed: string[] = [];
+  for (const n of await readdir(templates).catch(() => [] as string[])) {
+    const m = /^(@[0-9a-z-]+)-([0-9a-f]{16})$/.exec(n);
+    if (!m) continue;
+    const key = m[1]!;
+    let owner: string | undefined;
+    let buildId: string | undefined;
+    let builtAt = 0;
+    try {
+      const manifest = JSON.parse(await readFile(join(templates, n, "manifest.json"), "utf8")) as TemplateManifest;
+      const d = manifest.definition as { owner?: unknown; buildId?: unknown } | undefined;
+      owner = typeof d?.owner === "string" ? d.owner : undefined;
+      buildId = typeof d?.buildId === "string" ? d.buildId : undefined;
+      builtAt = (await stat(join(templates, n))).mtimeMs;
+    } catch {
+      continue; // not complete yet, or not ours
+    }
+    const orphan = key.startsWith("@oci-")
+      ? Date.now() - builtAt > BASE_IMAGE_IDLE_MS
+      : owner === undefined
+        ? Date.now() - builtAt > 3600_000 // made before images named their server: left an hour to whoever may use it
+        : !existsSync(join(owner, "locale2b.db")) || (owner === dataDir && buildId !== undefined && !known(buildId));
+    if (!orphan) continue;
+    await removeImage(imagesDir, key);
+    removed.push(key);
+    log?.(`removed image ${key} (${key.startsWith("@oci-") ? "a base image unused for a week" : `its server's template is gone${owner ? ` (${owner})` : ""}`})`);
+  }
+  return removed;
 }
 
 /** Removes the image `key` (every folder of it and its `.current`). */

@@ -28,7 +28,7 @@ export function templateSettings(env: NodeJS.ProcessEnv = process.env): Template
     concurrentBuilds: int("LOCALE2B_TEMPLATE_BUILDS", Math.max(1, Math.floor(cpus().length / 4)), 1, 64, env),
     buildTimeoutMs: int("LOCALE2B_TEMPLATE_BUILD_TIMEOUT_S", 3600, 10, 7 * 24 * 3600, env) * 1000,
     buildDiskMB: int("LOCALE2B_TEMPLATE_BUILD_DISK_MB", 10240, 256, 1024 * 1024, env),
-    cacheBytes: int("LOCALE2B_TEMPLATE_CACHE_MB", 20480, 0, 100 * 1024 * 1024, env) * MiB,
+    cacheBytes: int("LOCALE2B_TEMPLATE_CACHE_MB", 10240, 0, 100 * 1024 * 1024, env) * MiB,
     uploadMaxBytes: int("LOCALE2B_TEMPLATE_UPLOAD_MAX_MB", 2048, 1, 1024 * 1024, env) * MiB,
     uploadTtlSeconds: int("LOCALE2B_TEMPLATE_UPLOAD_TTL_S", 3600, 10, 7 * 24 * 3600, env),
     readyTimeoutMs: int("LOCALE2B_TEMPLATE_READY_TIMEOUT_S", 600, 1, 24 * 3600, env) * 1000,

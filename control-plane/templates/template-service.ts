@@ -64,6 +64,8 @@ export interface TemplateServiceOptions {
   imageInUse?: (image: string) => string | undefined;
   /** Removes a build's image from the image cache. */
   removeImage?: (image: string) => Promise<void>;
+  /** Removes images whose template is gone (image-output.ts removeOrphanImages). */
+  removeOrphans?: () => Promise<void>;
   log: Logger;
 }
 
@@ -78,13 +80,17 @@ export class TemplateService implements TemplateResolver {
     this.runner = runner;
   }
 
-  /** A restarted server: builds that were under way when it stopped are failed (their sandbox went with it). */
+  /**
+   * A restarted server: builds that were under way when it stopped are failed
+   * (their sandbox went with it); images of templates that are gone go.
+   */
   start(): void {
     for (const b of this.o.store.listTemplateBuilds()) {
       if (b.status === "building" || (b.status === "waiting" && b.spec)) {
         this.finish(b, "error", { message: "the build was interrupted by a restart of the server: build again" });
       }
     }
+    void this.o.removeOrphans?.().catch((err: unknown) => this.o.log.warn({ err }, "removing images of gone templates failed"));
   }
 
   // --- names and resolution -------------------------------------------------

@@ -11,7 +11,7 @@ import type { Store } from "../store/store.js";
 import { pullBase } from "./base-images.js";
 import { BuildQueue } from "./build-queue.js";
 import { TemplateBuilder } from "./builder.js";
-import { removeImage } from "./image-output.js";
+import { removeImage, removeOrphanImages } from "./image-output.js";
 import { templateSettings, type TemplateSettings } from "./settings.js";
 import { StepCache } from "./step-cache.js";
 import { TemplateService, type TemplateDefaults } from "./template-service.js";
@@ -58,6 +58,9 @@ export function createTemplates(o: {
         ...(snapshots.length ? [`${snapshots.length} snapshot${snapshots.length > 1 ? "s" : ""}`] : []),
       ];
       return parts.length ? parts.join(" and ") : undefined;
+    },
+    removeOrphans: async () => {
+      await removeOrphanImages(o.imagesDir, o.dataDir, (buildId) => o.store.getTemplateBuild(buildId) !== undefined, (line) => o.log.info(line));
     },
     removeImage: async (image) => {
       await o.dropWarm?.(image);
