@@ -1,4 +1,4 @@
-// The template build settings (LOCALE2B_TEMPLATE_*), read once at start.
+// The template build settings (the LOCALE2B_TEMPLATE_BUILDS family in settings.ts), read once at start.
 import { cpus } from "node:os";
 import { setting, type SettingName } from "../settings.js";
 
