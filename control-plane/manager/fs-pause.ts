@@ -45,7 +45,6 @@ export function pausedDir(dataDir: string, id: string): string {
  * before the files are kept leaves the sandbox as it was.
  */
 export async function pauseToDisk(d: FsPauseDeps, rec: SandboxRecord, inst: Instance, paused: boolean): Promise<Record<string, unknown>> {
-  const runtime = await d.runtimes.byName(rec.runtime);
   if (!inst.snapshotKinds().includes("filesystem")) {
     throw new ControlPlaneError(
       "invalid",

@@ -8,7 +8,6 @@ import type { EnvdClient } from "../transport/envd-client.js";
 import type { EnvdTarget } from "../transport/envd-rpc.js";
 import type { Transport } from "../transport/transport.js";
 import type { AdmissionLimits } from "./admission.js";
-import type { SandboxRecord } from "../domain/sandbox.js";
 import type { SandboxBoot } from "../domain/template.js";
 
 export interface ManagerLimits {

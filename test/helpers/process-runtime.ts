@@ -17,7 +17,6 @@ import { cmdline } from "../../control-plane/runtimes/process/procfs.js";
 import { EnvdClient } from "../../control-plane/transport/envd-client.js";
 import type { Endpoint } from "../../control-plane/transport/endpoint.js";
 import { Transport } from "../../control-plane/transport/transport.js";
-import { ENVD_PORT } from "../../envd/version.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { run } from "./process.js";
 

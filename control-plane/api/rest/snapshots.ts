@@ -8,7 +8,7 @@ import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import { pageSnapshots } from "../../snapshots/paging.js";
 import type { ApiDeps } from "../deps.js";
 import { Fields, readJsonObject } from "./body.js";
-import { HttpError, httpErrorFrom, sendJson, sendNoContent } from "./errors.js";
+import { HttpError, httpErrorFrom, sendJson } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
 import { toSandbox } from "./serialize.js";
 
