@@ -15,7 +15,7 @@ import type { Runtime } from "../runtimes/runtime.js";
 import { findRuntime } from "../runtimes/registry.js";
 import { BuildSandbox } from "./build-sandbox.js";
 import type { BuildLog } from "./build-log.js";
-import { addMountPoints, removeDeviceNodes, unpackInto } from "./export-root.js";
+import { addMountPoints, linkUnchanged, removeDeviceNodes, unpackInto } from "./export-root.js";
 import { ADD_URL_SCRIPT, COPY_SCRIPT, EXPORT_SCRIPT, USER_SCRIPT, WORKDIR_SCRIPT } from "./guest-scripts.js";
 import { imageWorkDir, provisionGuest, publishImage, removeImage } from "./image-output.js";
 import { runStartCommand } from "./start-command.js";
@@ -103,7 +103,7 @@ export class TemplateBuilder {
       const image = `@${build.id}`;
       const result = await this.steps(build, spec, base.boot.image, runtime, keys, state, work, say, signal);
       say("exporting the template's files", "finalize");
-      const published = await this.publish(result.sandbox, runtime, image, build, spec, signal).finally(() => result.sandbox.kill());
+      const published = await this.publish(result.sandbox, runtime, image, base.boot.image, build, spec, signal).finally(() => result.sandbox.kill());
       try {
         const boot: SandboxBoot = {
           image,
@@ -274,7 +274,7 @@ export class TemplateBuilder {
   }
 
   /** The build sandbox's root as the new image `key`. */
-  private async publish(sandbox: BuildSandbox, runtime: Runtime, key: string, build: TemplateBuildRecord, spec: BuildSpec, signal: AbortSignal): Promise<{ rootfsBytes: number }> {
+  private async publish(sandbox: BuildSandbox, runtime: Runtime, key: string, baseImage: string, build: TemplateBuildRecord, spec: BuildSpec, signal: AbortSignal): Promise<{ rootfsBytes: number }> {
     const work = await imageWorkDir(this.d.imagesDir, key);
     try {
       const unpack = unpackInto(work.rootfs);
@@ -283,6 +283,9 @@ export class TemplateBuilder {
       if (exported.exitCode !== 0) throw new BuildFailure(`exporting the files failed (exit ${exported.exitCode})${lines(exported.tail)}`, "finalize");
       await removeDeviceNodes(work.rootfs);
       await addMountPoints(work.rootfs);
+      // What the steps left as the base had it is the base's file, shared (a hard link), not a copy.
+      const base = findTemplateImage(baseImage, this.d.imagesDir);
+      if (base) await linkUnchanged(work.rootfs, base.rootfsDir);
       await provisionGuest(this.d.imagesDir, work.rootfs);
       const ext4 = findRuntime(runtime.name)?.bootsDisk ?? false;
       return await publishImage(this.d.imagesDir, work, key, {

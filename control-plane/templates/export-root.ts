@@ -6,7 +6,7 @@
 // directory of its own, and every device node it made is removed after
 // (a sandbox gets its /dev from its runtime).
 import { spawn } from "node:child_process";
-import { lstat, mkdir, readdir, rm, chmod } from "node:fs/promises";
+import { chmod, link, lstat, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Writable } from "node:stream";
 
@@ -70,4 +70,43 @@ export async function addMountPoints(root: string): Promise<void> {
     if (!st?.isDirectory()) await mkdir(p);
     await chmod(p, mode);
   }
+}
+
+/**
+ * Replaces each regular file of `root` that its base image has unchanged
+ * (same path, size, mode, owner and modification time to the second: what a
+ * tar keeps) with a hard link to the base's file, so a template built on
+ * another shares its files instead of copying them (images are read-only:
+ * nothing writes into their files in place). Both trees are walked together
+ * and only through real directories of both, so no symlink of either tree is
+ * ever followed. Returns the bytes now shared.
+ */
+export async function linkUnchanged(root: string, base: string): Promise<number> {
+  let shared = 0;
+  const walk = async (dir: string, baseDir: string): Promise<void> => {
+    for (const e of await readdir(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      const b = join(baseDir, e.name);
+      const bs = await lstat(b).catch(() => undefined);
+      if (!bs) continue;
+      if (e.isDirectory()) {
+        if (bs.isDirectory()) await walk(p, b);
+        continue;
+      }
+      if (!e.isFile() || !bs.isFile()) continue;
+      const s = await lstat(p);
+      if (s.size !== bs.size || s.mode !== bs.mode || s.uid !== bs.uid || s.gid !== bs.gid || Math.floor(s.mtimeMs / 1000) !== Math.floor(bs.mtimeMs / 1000)) continue;
+      if (s.dev === bs.dev && s.ino === bs.ino) continue;
+      const tmp = `${p}.l2b-link`;
+      try {
+        await link(b, tmp);
+        await rename(tmp, p);
+        shared += s.size;
+      } catch {
+        await rm(tmp, { force: true });
+      }
+    }
+  };
+  await walk(root, base);
+  return shared;
 }

@@ -3,6 +3,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startControlPlane, type ControlPlaneOptions, type RunningControlPlane } from "../../control-plane/server.js";
+import { imagesDir } from "../../control-plane/images/layout.js";
+import { removeOrphanImages } from "../../control-plane/templates/image-output.js";
 
 export interface TestControlPlane extends RunningControlPlane {
   apiKey: string;
@@ -33,8 +35,12 @@ export async function startTestControlPlane(opts: Partial<ControlPlaneOptions> =
         for (const s of cp.manager.list()) await cp.manager.kill(s.id).catch(() => undefined);
         await cp.close();
       } finally {
-        // Also after stopKeepingSandboxes() (a second close throws): the temporary data dir never outlives the test.
-        if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+        // Also after stopKeepingSandboxes() (a second close throws): the temporary data dir never outlives the test,
+        // nor do the images of the templates it built (in the shared image cache).
+        if (!opts.dataDir) {
+          rmSync(dataDir, { recursive: true, force: true });
+          await removeOrphanImages(opts.imagesDir ?? imagesDir(), dataDir, () => false);
+        }
       }
     },
   };

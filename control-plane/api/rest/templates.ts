@@ -26,49 +26,40 @@ function lastReady(v: TemplateView): TemplateBuildRecord | undefined {
   return v.builds.find((b) => b.status === "ready");
 }
 
-/** E2B's Template. */
-function toTemplate(v: TemplateView): Record<string, unknown> {
-  const t = v.template;
-  const ready = lastReady(v);
-  const latest = v.builds[0];
+/** What E2B's Template and TemplateLegacy share. */
+function templateFields(t: TemplateRecord, buildId: string, envdVersion: string): Record<string, unknown> {
   return {
     templateID: t.id,
-    buildID: ready?.id ?? latest?.id ?? "",
+    buildID: buildId,
     cpuCount: t.cpuCount,
     memoryMB: t.memoryMB,
     diskSizeMB: t.diskSizeMB,
     public: t.public,
     aliases: t.names,
-    names: t.names,
     createdAt: iso(t.createdAt),
     updatedAt: iso(t.updatedAt),
     createdBy: null,
     lastSpawnedAt: iso(t.lastSpawnedAt),
     spawnCount: t.spawnCount,
     buildCount: t.buildCount,
-    envdVersion: (ready ?? latest)?.envdVersion ?? "",
+    envdVersion,
+  };
+}
+
+/** E2B's Template: buildID is the last ready build's (else the newest), buildStatus the newest's. */
+function toTemplate(v: TemplateView): Record<string, unknown> {
+  const ready = lastReady(v);
+  const latest = v.builds[0];
+  return {
+    ...templateFields(v.template, ready?.id ?? latest?.id ?? "", (ready ?? latest)?.envdVersion ?? ""),
+    names: v.template.names,
     buildStatus: latest?.status ?? "waiting",
   };
 }
 
 /** E2B's TemplateLegacy (the v2 create's answer). */
 function toLegacy(t: TemplateRecord, build: TemplateBuildRecord): Record<string, unknown> {
-  return {
-    templateID: t.id,
-    buildID: build.id,
-    cpuCount: t.cpuCount,
-    memoryMB: t.memoryMB,
-    diskSizeMB: t.diskSizeMB,
-    public: t.public,
-    aliases: t.names,
-    createdAt: iso(t.createdAt),
-    updatedAt: iso(t.updatedAt),
-    createdBy: null,
-    lastSpawnedAt: iso(t.lastSpawnedAt),
-    spawnCount: t.spawnCount,
-    buildCount: t.buildCount,
-    envdVersion: build.envdVersion,
-  };
+  return templateFields(t, build.id, build.envdVersion);
 }
 
 function toBuild(b: TemplateBuildRecord): Record<string, unknown> {
