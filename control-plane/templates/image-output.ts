@@ -1,6 +1,6 @@
 // A root filesystem made by a build (or pulled from a registry) becomes an
 // image in the image cache: what locale2b puts into every guest added or
-// refreshed (envd, its Node, the init, hostname, the sandbox user), packed
+// refreshed (envd with its Node and libraries, the init, hostname, the sandbox user), packed
 // into rootfs.ext4 when the runtime boots disks, with a manifest, under
 // `templates/<key>-<hash16>/` and `templates/<key>.current`. The folder is
 // made under a temporary name, private to root (a build's files are the
@@ -12,10 +12,10 @@ import { chmod, chown, mkdir, readdir, readFile, rename, rm, stat, writeFile } f
 import { join, posix } from "node:path";
 import { ensureEnvdBundle } from "../images/envd-bundle.js";
 import { ensureInitBinary } from "../images/guest-init.js";
+import { ensureGuestRuntime, installGuestRuntime } from "../images/guest-runtime.js";
 import { GUEST, type TemplateManifest } from "../images/layout.js";
 import { HOSTNAME, packExt4 } from "../images/template-assemble.js";
-import { mustRun } from "../images/template-exec.js";
-import { guestMkdir, readGuestFile, removeTree, treeBytes, writeGuestFile } from "../images/template-fs.js";
+import { guestMkdir, readGuestFile, treeBytes, writeGuestFile } from "../images/template-fs.js";
 import { setCurrent } from "../images/template-store.js";
 
 export interface NewImage {
@@ -62,12 +62,9 @@ async function ensureSandboxUser(rootfs: string): Promise<void> {
  */
 export async function provisionGuest(imagesDir: string, rootfs: string, log?: (line: string) => void): Promise<void> {
   const [bundle, init] = await Promise.all([ensureEnvdBundle(imagesDir, { log }), ensureInitBinary(imagesDir, log)]);
-  await writeGuestFile(rootfs, GUEST.node, { from: process.execPath, mode: 0o755 });
-  // A fresh folder: nothing of an older bundle (or of what a build put there) stays.
-  await removeTree(await guestMkdir(rootfs, posix.dirname(GUEST.envd)));
-  const envdDir = await guestMkdir(rootfs, posix.dirname(GUEST.envd));
-  await mustRun("copy the envd bundle", "cp", ["-a", "--reflink=auto", "--", `${bundle.dir}/.`, envdDir]);
-  await mustRun("own the envd bundle", "chown", ["-R", "-h", "0:0", envdDir]);
+  // envd's Node, bundle and the libraries they load (the image's C library, if any, is not used):
+  // a fresh /opt/locale2b, so nothing of an older one (or of what a build put there) stays.
+  await installGuestRuntime(rootfs, await ensureGuestRuntime(imagesDir, bundle, { log }));
   await writeGuestFile(rootfs, GUEST.init, { from: init, mode: 0o755 });
   await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
   await writeGuestFile(rootfs, "/etc/hosts", {
