@@ -19,7 +19,7 @@ import { rmSync } from "node:fs";
 import { utimes } from "node:fs/promises";
 
 /** Bumped when what is added to a pulled image changes. */
-const PROVISION_VERSION = 2;
+const PROVISION_VERSION = 4;
 
 /** A USER the sandbox can use as its default user: a name (not a uid), and not root (E2B's default user is `user`). */
 function defaultUser(user: string): string {

@@ -17,6 +17,7 @@ import { GUEST, type TemplateManifest } from "../images/layout.js";
 import { HOSTNAME, packExt4 } from "../images/template-assemble.js";
 import { guestMkdir, readGuestFile, treeBytes, writeGuestFile } from "../images/template-fs.js";
 import { setCurrent } from "../images/template-store.js";
+import { addMountPoints } from "./export-root.js";
 
 export interface NewImage {
   /** The image's key (`templates/<key>.current`). */
@@ -37,19 +38,31 @@ export async function imageWorkDir(imagesDir: string, key: string): Promise<{ di
   return { dir, rootfs };
 }
 
-/** Adds the sandbox user (uid/gid GUEST.uid) to a root that lacks it, by its files (the image may have no useradd). */
+/**
+ * Adds root (an image made `FROM scratch` may have no /etc/passwd: envd acts
+ * as root for the SDK's `user: "root"`) and the sandbox user (uid/gid
+ * GUEST.uid) to a root that lacks them, by its files (the image may have no
+ * useradd).
+ */
 async function ensureSandboxUser(rootfs: string): Promise<void> {
-  const passwd = (await readGuestFile(rootfs, "/etc/passwd")) ?? "";
-  const users = passwd.split("\n").map((l) => l.split(":"));
+  const withLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`;
+  const append = async (file: string, text: string, line: string, mode: number): Promise<string> => {
+    const content = withLine(text, line);
+    await writeGuestFile(rootfs, file, { content, mode });
+    return content;
+  };
+  const fields = (text: string) => text.split("\n").map((l) => l.split(":"));
+  let passwd = (await readGuestFile(rootfs, "/etc/passwd")) ?? "";
+  let group = (await readGuestFile(rootfs, "/etc/group")) ?? "";
+  if (!fields(passwd).some((u) => u[2] === "0")) passwd = await append("/etc/passwd", passwd, "root:x:0:0:root:/root:/bin/sh", 0o644);
+  if (!fields(group).some((g) => g[2] === "0")) group = await append("/etc/group", group, "root:x:0:", 0o644);
+  const users = fields(passwd);
   if (users.some((u) => u[0] === GUEST.user)) return;
   if (users.some((u) => u[2] === String(GUEST.uid))) {
     throw new Error(`uid ${GUEST.uid} belongs to another user in the image: locale2b's sandbox user '${GUEST.user}' needs it`);
   }
-  const append = async (file: string, text: string, line: string, mode: number) =>
-    writeGuestFile(rootfs, file, { content: `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`, mode });
   const shell = (await readGuestFile(rootfs, "/etc/shells"))?.includes("/bin/bash") ? "/bin/bash" : "/bin/sh";
   await append("/etc/passwd", passwd, `${GUEST.user}:x:${GUEST.uid}:${GUEST.uid}::${GUEST.home}:${shell}`, 0o644);
-  const group = (await readGuestFile(rootfs, "/etc/group")) ?? "";
   if (!group.split("\n").some((l) => l.startsWith(`${GUEST.user}:`))) await append("/etc/group", group, `${GUEST.user}:x:${GUEST.uid}:`, 0o644);
   const shadow = await readGuestFile(rootfs, "/etc/shadow");
   if (shadow !== undefined) await append("/etc/shadow", shadow, `${GUEST.user}:!:19000:0:99999:7:::`, 0o640);
@@ -72,8 +85,12 @@ export async function provisionGuest(imagesDir: string, rootfs: string, log?: (l
     mode: 0o644,
   });
   await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
+  // What the runtimes mount over (/proc, /dev, ...): an image made `FROM scratch` may not have them.
+  await addMountPoints(rootfs);
   await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
   await ensureSandboxUser(rootfs);
+  // /home for everyone (an image may have none: guestMkdir would make it with the home's own mode).
+  await guestMkdir(rootfs, posix.dirname(GUEST.home), 0o755);
   const home = await guestMkdir(rootfs, GUEST.home, 0o750);
   const st = await stat(home);
   if (st.uid !== GUEST.uid) await chown(home, GUEST.uid, GUEST.uid);
