@@ -11,6 +11,8 @@ const NEEDED: [tool: string, pkg: string][] = [
   ["debootstrap", "debootstrap"],
   ["gcc", "gcc"],
   ["mkfs.ext4", "e2fsprogs"],
+  // envd's Node in every image is patched to load its own libraries (guest-runtime.ts).
+  ["patchelf", "patchelf"],
   ["nft", "nftables"],
 ];
 

@@ -28,6 +28,13 @@ export function imagesDir(env: NodeJS.ProcessEnv = process.env, dataDir?: string
 
 /** Paths inside every template's root filesystem. */
 export const GUEST = {
+  /**
+   * locale2b's own files (guest-runtime.ts): envd's Node, the envd bundle and the shared libraries
+   * they load, so envd does not depend on the image's C library (musl, or none at all).
+   */
+  root: "/opt/locale2b",
+  /** The dynamic loader and libraries envd's Node and native modules use (their PT_INTERP and DT_RPATH). */
+  lib: "/opt/locale2b/lib",
   /** PID 1 in a VM; in the process runtime the namespace's first process. */
   init: "/sbin/locale2b-init",
   /**

@@ -1,10 +1,12 @@
 // The final template's root filesystem: a copy of the cached layer plus
-// what locale2b puts into every guest (envd's own copy of the host's Node, the
-// envd bundle, the guest init, hostname, the sandbox user's home) and, with
+// what locale2b puts into every guest (envd's runtime under /opt/locale2b:
+// its own copy of the host's Node, the envd bundle and the libraries they
+// load; the guest init, hostname, the sandbox user's home) and, with
 // `node:`, the user's Node and npm packages; checked in a chroot and packed
 // into rootfs.ext4.
 import { chown, stat } from "node:fs/promises";
 import { join, posix } from "node:path";
+import { installGuestRuntime, type GuestRuntime } from "./guest-runtime.js";
 import { GUEST } from "./layout.js";
 import type { NpmTarball } from "./npm-tarballs.js";
 import type { TemplateDefinition } from "./template-definition.js";
@@ -19,8 +21,10 @@ export interface AssembleInputs {
   layerRootfs: string;
   /** Where the new rootfs goes (must not exist). */
   rootfs: string;
+  /** The user's Node (`node:`) is a copy of this. */
   nodeBinary: string;
-  envdBundleDir: string;
+  /** envd's Node, bundle and libraries (guest-runtime.ts). */
+  runtime: GuestRuntime;
   initBinary: string;
   /** `node.packages`, fetched (npm-tarballs.ts). */
   npmTarballs: NpmTarball[];
@@ -34,10 +38,7 @@ export async function assembleRootfs(o: AssembleInputs): Promise<void> {
   // A real copy (reflinked where the file system can): the template's files are its own.
   await mustRun("copy the layer", "cp", ["-a", "--reflink=auto", "--", o.layerRootfs, rootfs]);
   // envd's Node: its own file (not a link to the user's), so nothing the user does to theirs reaches it.
-  await writeGuestFile(rootfs, GUEST.node, { from: o.nodeBinary, mode: 0o755 });
-  const envdDir = await guestMkdir(rootfs, posix.dirname(GUEST.envd));
-  await mustRun("copy the envd bundle", "cp", ["-a", "--reflink=auto", "--", `${o.envdBundleDir}/.`, envdDir]);
-  await mustRun("own the envd bundle", "chown", ["-R", "-h", "0:0", envdDir]);
+  await installGuestRuntime(rootfs, o.runtime);
   await writeGuestFile(rootfs, GUEST.init, { from: o.initBinary, mode: 0o755 });
   await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
   await writeGuestFile(rootfs, "/etc/hosts", {
@@ -68,11 +69,14 @@ export async function verifyRootfs(def: TemplateDefinition, rootfs: string): Pro
   return withChroot(rootfs, async (sh) => {
     const version = (await sh("run Node in the image", `${GUEST.node} --version`)).trim();
     if (version !== process.version) throw new BuildStepError("verify", `${GUEST.node} --version printed ${version}, expected ${process.version}`);
-    // Loading node-pty and xattr proves the native modules work with the image's libc.
-    await sh(
+    // Loading node-pty and xattr proves the native modules load; every library mapped then must be envd's own, none of the image's.
+    const maps = await sh(
       "load envd's native modules in the image",
-      `cd ${posix.dirname(GUEST.envd)} && ${GUEST.node} --input-type=module -e "import { createRequire } from 'node:module'; const r = createRequire('${GUEST.envd}'); r('@lydell/node-pty'); r('@napi-rs/xattr');"`,
+      `cd ${posix.dirname(GUEST.envd)} && ${GUEST.node} --input-type=module -e "import { createRequire } from 'node:module'; import { readFileSync } from 'node:fs'; const r = createRequire('${GUEST.envd}'); r('@lydell/node-pty'); r('@napi-rs/xattr'); console.log(readFileSync('/proc/self/maps', 'utf8'));"`,
+      { tailBytes: 1 << 20 },
     );
+    const foreign = [...new Set(maps.split("\n").map((l) => l.split(/\s+/)[5] ?? "").filter((f) => /\.so(\.|$)/.test(f) && !f.startsWith(`${GUEST.lib}/`)))];
+    if (foreign.length) throw new BuildStepError("verify", `envd's Node loaded libraries of the image: ${foreign.join(", ")}; expected only ${GUEST.lib}'s`);
     await sh("run envd --help in the image", `${GUEST.node} ${GUEST.envd} --help >/dev/null`);
     if (def.node) {
       const user = (await sh("run the user's Node in the image", `${USER_NODE} --version`)).trim();

@@ -1,17 +1,19 @@
 // `locale2b template build <name>`: a guest image from a definition in
 // rootfs/templates/. Two cached layers under the images dir (layout.ts):
 //   layers/<name>-<hashA>/rootfs   debootstrap + user + local CAs + `run` + trim (hashA: the definition parts it uses)
-//   templates/<name>-<hashB>/      rootfs/ (layer + Node + envd bundle + init + user's Node + files), rootfs.ext4, manifest.json
-// hashB covers hashA, the Node binary, the envd bundle, the init binary, the
-// npm tarballs, the definition's files and this builder's version. Everything
+//   templates/<name>-<hashB>/      rootfs/ (layer + envd's runtime + init + user's Node + files), rootfs.ext4, manifest.json
+// hashB covers hashA, envd's runtime (the Node binary, the envd bundle and
+// the host libraries they load: guest-runtime.ts), the init binary, the npm
+// tarballs, the definition's files and this builder's version. Everything
 // is built under a temporary name and renamed into place; a per-template lock
 // serializes builds.
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, existsSync } from "node:fs";
-import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { ensureEnvdBundle } from "./envd-bundle.js";
 import { ensureInitBinary } from "./guest-init.js";
+import { ensureGuestRuntime, guestRuntimeHash, nodeBinaryHash } from "./guest-runtime.js";
 import { imagesDir as defaultImagesDir, type TemplateManifest } from "./layout.js";
 import { ensureNpmTarballs } from "./npm-tarballs.js";
 import { assembleRootfs, HOSTNAME, packExt4, verifyRootfs } from "./template-assemble.js";
@@ -22,7 +24,7 @@ import { ensureLayer, layerId } from "./template-layer.js";
 import { acquireLock, pruneBuilds, removeStaleTemps, setCurrent } from "./template-store.js";
 
 /** Bumped when what the builder adds to the layer changes: part of hashB. */
-export const TEMPLATE_BUILDER_VERSION = 3;
+export const TEMPLATE_BUILDER_VERSION = 4;
 export const BUILD_STEP_COUNT = 8;
 
 export interface TemplateBuildManifest extends TemplateManifest {
@@ -31,6 +33,8 @@ export interface TemplateBuildManifest extends TemplateManifest {
   layer: string;
   nodeVersion: string;
   envdBundle: string;
+  /** envd's runtime tree (guest-runtime.ts). */
+  guestRuntime: string;
   init: string;
   imageSizeMiB: number;
   seconds: Record<string, number>;
@@ -71,29 +75,12 @@ async function sha256File(file: string): Promise<string> {
   return h.digest("hex");
 }
 
-/** sha256 of the Node binary, remembered in the images dir by path, size, mtime and inode (hashing 100 MB takes ~0.4 s). */
-export async function nodeBinaryHash(node: string, imagesDir: string): Promise<string> {
-  const st = await stat(node);
-  const key = `${node}:${st.size}:${st.mtimeMs}:${st.ino}`;
-  const memo = join(imagesDir, "node-hash.json");
-  try {
-    const m = JSON.parse(await readFile(memo, "utf8")) as { key?: string; sha256?: string };
-    if (m.key === key && m.sha256) return m.sha256;
-  } catch {
-    // first time
-  }
-  const sha256 = await sha256File(node);
-  await mkdir(imagesDir, { recursive: true });
-  const tmp = `${memo}.tmp-${process.pid}`;
-  await writeFile(tmp, `${JSON.stringify({ key, sha256 })}\n`);
-  await rename(tmp, memo);
-  return sha256;
-}
-
 export interface TemplateHashInputs {
   layerHash: string;
   nodeSha256: string;
   envdBundle: string;
+  /** envd's runtime: the Node binary, the bundle and the host's libraries they load. */
+  guestRuntime: string;
   initSha256: string;
   /** `<spec> <sha256>` of each `node.packages` tarball. */
   npmTarballs?: string[];
@@ -180,6 +167,7 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
     layerHash: hashA,
     nodeSha256: await nodeBinaryHash(process.execPath, images),
     envdBundle: bundle.hash16,
+    guestRuntime: await guestRuntimeHash(images, bundle),
     initSha256: await sha256File(init),
     ...(tarballs.length ? { npmTarballs: tarballs.map((t) => `${t.spec} ${t.sha256}`) } : {}),
     template: templateInputs(def),
@@ -194,7 +182,7 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
   }
 
   requireRoot();
-  for (const tool of ["chroot", "mount", "mkfs.ext4", ...(existsSync(join(images, "layers", layerId(def), "layer.json")) && !opts.force ? [] : ["debootstrap"])]) {
+  for (const tool of ["chroot", "mount", "mkfs.ext4", "patchelf", ...(existsSync(join(images, "layers", layerId(def), "layer.json")) && !opts.force ? [] : ["debootstrap"])]) {
     requireTool(tool, env);
   }
   await mkdir(templates, { recursive: true });
@@ -215,10 +203,11 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
     const rootfs = join(tmp, "rootfs");
     const files = def.files.length ? ` + ${def.files.length} file${def.files.length === 1 ? "" : "s"}` : "";
     const userNode = def.node ? ` + user's node${tarballs.length ? ` and ${tarballs.map((t) => t.name).join(", ")}` : ""}` : "";
+    const runtime = await ensureGuestRuntime(images, bundle, { log });
     await steps.run(`assemble rootfs (layer + node + envd + init${userNode}${files})`, () =>
       timed("assemble", async () => {
         const workDir = join(tmp, "work");
-        await assembleRootfs({ def, layerRootfs: layer.rootfs, rootfs, nodeBinary: process.execPath, envdBundleDir: bundle.dir, initBinary: init, npmTarballs: tarballs, workDir });
+        await assembleRootfs({ def, layerRootfs: layer.rootfs, rootfs, nodeBinary: process.execPath, runtime, initBinary: init, npmTarballs: tarballs, workDir });
         await removeTree(workDir);
       }),
     );
@@ -247,6 +236,7 @@ export async function buildTemplate(nameOrDef: string | TemplateDefinition, opts
       layer: layer.id,
       nodeVersion,
       envdBundle: bundle.hash16,
+      guestRuntime: runtime.hash16,
       init: basename(dirname(init)),
       imageSizeMiB: packed.sizeMiB,
       seconds: { ...seconds, total: Math.round(performance.now() - started) / 1000 },

@@ -10,7 +10,7 @@ import { ensureInitBinary } from "../images/guest-init.js";
 import { findTemplateImage, GUEST } from "../images/layout.js";
 import { pullImage, ImagePullError } from "../images/oci/pull.js";
 import { mustRun } from "../images/template-exec.js";
-import { nodeBinaryHash } from "../images/template-build.js";
+import { guestRuntimeHash } from "../images/guest-runtime.js";
 import type { RegistryAuth } from "../domain/template.js";
 import type { PulledBase } from "./builder.js";
 import { BuildFailure } from "./builder.js";
@@ -19,7 +19,7 @@ import { rmSync } from "node:fs";
 import { utimes } from "node:fs/promises";
 
 /** Bumped when what is added to a pulled image changes. */
-const PROVISION_VERSION = 1;
+const PROVISION_VERSION = 4;
 
 /** A USER the sandbox can use as its default user: a name (not a uid), and not root (E2B's default user is `user`). */
 function defaultUser(user: string): string {
@@ -34,8 +34,9 @@ export async function pullBase(
     throw new BuildFailure(err instanceof ImagePullError ? err.message : `pulling ${o.ref} failed: ${err.message}`, "base");
   });
   o.say(`${o.ref}: ${pulled.digest}${pulled.cached ? " (cached)" : ` from ${pulled.source}`}`);
-  const [bundle, init, node] = await Promise.all([ensureEnvdBundle(o.imagesDir), ensureInitBinary(o.imagesDir), nodeBinaryHash(process.execPath, o.imagesDir)]);
-  const key = createHash("sha256").update(JSON.stringify({ v: PROVISION_VERSION, digest: pulled.digest, envd: bundle.hash16, init, node, ext4: o.ext4 })).digest("hex").slice(0, 16);
+  const [bundle, init] = await Promise.all([ensureEnvdBundle(o.imagesDir), ensureInitBinary(o.imagesDir)]);
+  const runtime = await guestRuntimeHash(o.imagesDir, bundle);
+  const key = createHash("sha256").update(JSON.stringify({ v: PROVISION_VERSION, digest: pulled.digest, envd: bundle.hash16, runtime, init, ext4: o.ext4 })).digest("hex").slice(0, 16);
   const image = `@oci-${key}`;
   const existing = findTemplateImage(image, o.imagesDir);
   // Used now: its age is what the clean-up of base images unused for a week reads.

@@ -14,6 +14,7 @@ import { EnvdClient } from "../transport/envd-client.js";
 import { envdErrorMessage, envdFilesRequest, readSmall } from "../transport/envd-files.js";
 import { EnvdRpc, type EnvdTarget } from "../transport/envd-rpc.js";
 import { LocalEndpoint } from "../transport/local-endpoint.js";
+import { envdCrashLoop } from "./envd-crash-loop.js";
 
 export interface BuildSandboxSpec {
   runtime: Runtime;
@@ -41,6 +42,9 @@ export interface RunOptions {
   args?: string[];
   signal: AbortSignal;
 }
+
+/** envd exits each time the init starts it (envd-crash-loop.ts). */
+class EnvdCrashLoop extends Error {}
 
 /** How much of a command's output a failure quotes. */
 const TAIL_LINES = 20;
@@ -70,7 +74,18 @@ export class BuildSandbox {
       inst = await (s.from ? s.runtime.createFromSnapshot(spec, s.from) : s.runtime.create(spec));
       endpoint = new LocalEndpoint(id, inst.socketPath, inst.pauseConnections);
       const envd = new EnvdClient();
-      await envd.waitReady(endpoint, Math.max(60_000, inst.readyTimeoutMs ?? 0), () => inst!.alive(), () => inst!.vsockReady?.() ?? true);
+      const started = inst;
+      let looked = 0;
+      // An envd that keeps exiting is restarted by the init, so the sandbox looks alive: its console says otherwise.
+      const alive = async () => {
+        if (Date.now() - looked >= 500) {
+          looked = Date.now();
+          const loop = envdCrashLoop((await started.logs().catch(() => [])).map((l) => l.line));
+          if (loop) throw new EnvdCrashLoop(loop);
+        }
+        return started.alive();
+      };
+      await envd.waitReady(endpoint, Math.max(60_000, inst.readyTimeoutMs ?? 0), alive, () => inst!.vsockReady?.() ?? true);
       const token = randomBytes(24).toString("hex");
       const res = await envd.request(endpoint, { method: "POST", path: "/init", body: { accessToken: token, timestamp: new Date().toISOString() } });
       if (res.status !== 204) throw new Error(`envd /init answered ${res.status}: ${res.body.toString().slice(0, 200)}`);
@@ -80,7 +95,8 @@ export class BuildSandbox {
       endpoint?.close();
       await inst?.kill().catch(() => undefined);
       rmSync(s.dir, { recursive: true, force: true });
-      const tail = console.length ? ` (last console lines: ${console.join(" | ")})` : "";
+      // The crash loop's reason already quotes the console.
+      const tail = console.length && !(err instanceof EnvdCrashLoop) ? ` (last console lines: ${console.join(" | ")})` : "";
       throw new Error(`the build sandbox did not start: ${(err as Error).message}${tail}`);
     }
   }

@@ -20,6 +20,7 @@ import { ADD_URL_SCRIPT, COPY_SCRIPT, EXPORT_SCRIPT, USER_SCRIPT, WORKDIR_SCRIPT
 import { imageWorkDir, provisionGuest, publishImage, removeImage } from "./image-output.js";
 import { runStartCommand } from "./start-command.js";
 import { EnvdRpc } from "../transport/envd-rpc.js";
+import { mustRun } from "../images/template-exec.js";
 import type { BuildState, StepCache } from "./step-cache.js";
 import { stepKeys } from "./steps.js";
 import type { TemplateFiles } from "./uploads.js";
@@ -101,15 +102,23 @@ export class TemplateBuilder {
         args: {},
       };
       const image = `@${build.id}`;
-      const result = await this.steps(build, spec, base.boot.image, runtime, keys, state, work, say, signal);
-      say("exporting the template's files", "finalize");
-      const published = await this.publish(result.sandbox, runtime, image, base.boot.image, build, spec, signal).finally(() => result.sandbox.kill());
+      let published: { rootfsBytes: number };
+      let final = state;
+      if (spec.steps.length === 0) {
+        // Nothing runs in it: the base's own files are the template's (an image with no shell or tar needs none).
+        published = await this.copyBase(base.boot.image, runtime, image, build, spec, work, say);
+      } else {
+        const result = await this.steps(build, spec, base.boot.image, runtime, keys, state, work, say, signal);
+        say("exporting the template's files", "finalize");
+        published = await this.publish(result.sandbox, runtime, image, base.boot.image, build, spec, signal).finally(() => result.sandbox.kill());
+        final = result.state;
+      }
       try {
         const boot: SandboxBoot = {
           image,
-          envs: result.state.envs,
-          user: result.state.user,
-          workdir: result.state.workdir,
+          envs: final.envs,
+          user: final.user,
+          workdir: final.workdir,
           ...(spec.startCmd ? { startCmd: spec.startCmd } : {}),
           ...(spec.readyCmd ? { readyCmd: spec.readyCmd } : {}),
         };
@@ -182,7 +191,11 @@ export class TemplateBuilder {
       throw new BuildFailure(err.message, from >= 0 ? String(from + 1) : "base");
     });
     try {
-      const shell = (await sandbox.run("test -x /bin/bash", { user: "root", signal })).exitCode === 0 ? "/bin/bash" : "/bin/sh";
+      const probe = await sandbox.run("test -x /bin/bash", { user: "root", signal }).catch((err: Error) => {
+        if (signal.aborted) throw err;
+        throw new BuildFailure(`the build's steps run in a shell, and the image has none (${err.message.replace(/^\[\w+\] /, "")}): add one (busybox, say), or build from it without steps`, String(from + 2));
+      });
+      const shell = probe.exitCode === 0 ? "/bin/bash" : "/bin/sh";
       let lastFiles = from >= 0 ? keys[from]! : undefined;
       for (let i = from + 1; i < spec.steps.length; i++) {
         const step = spec.steps[i]!;
@@ -296,6 +309,46 @@ export class TemplateBuilder {
       });
     } catch (err) {
       rmSync(work.dir, { recursive: true, force: true });
+      throw err instanceof BuildFailure ? err : new BuildFailure((err as Error).message, "finalize");
+    }
+  }
+
+  /**
+   * A build without steps: the base image booted once (an image whose envd
+   * cannot start fails here, at `base`), then its files copied as the new
+   * image `key`.
+   */
+  private async copyBase(baseImage: string, runtime: Runtime, key: string, build: TemplateBuildRecord, spec: BuildSpec, work: string, say: (m: string, step?: string) => void): Promise<{ rootfsBytes: number }> {
+    say("starting a sandbox of the base image", "base");
+    const sandbox = await BuildSandbox.start({
+      runtime,
+      image: baseImage,
+      cpuCount: build.cpuCount,
+      memoryMB: build.memoryMB,
+      diskSizeMB: this.d.buildDiskMB,
+      dir: join(work, "sandbox"),
+      log: this.d.log.child({ buildId: build.id }),
+    }).catch((err: Error) => {
+      throw new BuildFailure(err.message, "base");
+    });
+    await sandbox.kill();
+    say("copying the base image's files", "finalize");
+    const base = findTemplateImage(baseImage, this.d.imagesDir);
+    if (!base) throw new BuildFailure(`the base image ${baseImage} is no longer on this host: build again`, "finalize");
+    const out = await imageWorkDir(this.d.imagesDir, key);
+    try {
+      // Hard links: images are read-only, and what is added to this one replaces files (never writes into them).
+      await mustRun("link the base image's files", "cp", ["-a", "--link", "--", `${base.rootfsDir}/.`, out.rootfs]);
+      await removeDeviceNodes(out.rootfs);
+      await provisionGuest(this.d.imagesDir, out.rootfs);
+      return await publishImage(this.d.imagesDir, out, key, {
+        ext4: findRuntime(runtime.name)?.bootsDisk ?? false,
+        diskSizeMB: build.diskSizeMB,
+        // `owner` as publish() has it: the clean-up of images whose server is gone reads it.
+        description: { owner: this.d.dataDir, templateId: build.templateId, buildId: build.id, from: spec.fromImage ?? spec.fromTemplate ?? "base", steps: 0 },
+      });
+    } catch (err) {
+      rmSync(out.dir, { recursive: true, force: true });
       throw err instanceof BuildFailure ? err : new BuildFailure((err as Error).message, "finalize");
     }
   }

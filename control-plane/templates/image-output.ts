@@ -1,6 +1,6 @@
 // A root filesystem made by a build (or pulled from a registry) becomes an
 // image in the image cache: what locale2b puts into every guest added or
-// refreshed (envd, its Node, the init, hostname, the sandbox user), packed
+// refreshed (envd with its Node and libraries, the init, hostname, the sandbox user), packed
 // into rootfs.ext4 when the runtime boots disks, with a manifest, under
 // `templates/<key>-<hash16>/` and `templates/<key>.current`. The folder is
 // made under a temporary name, private to root (a build's files are the
@@ -12,11 +12,12 @@ import { chmod, chown, mkdir, readdir, readFile, rename, rm, stat, writeFile } f
 import { join, posix } from "node:path";
 import { ensureEnvdBundle } from "../images/envd-bundle.js";
 import { ensureInitBinary } from "../images/guest-init.js";
+import { ensureGuestRuntime, installGuestRuntime } from "../images/guest-runtime.js";
 import { GUEST, type TemplateManifest } from "../images/layout.js";
 import { HOSTNAME, packExt4 } from "../images/template-assemble.js";
-import { mustRun } from "../images/template-exec.js";
-import { guestMkdir, readGuestFile, removeTree, treeBytes, writeGuestFile } from "../images/template-fs.js";
+import { guestMkdir, readGuestFile, treeBytes, writeGuestFile } from "../images/template-fs.js";
 import { setCurrent } from "../images/template-store.js";
+import { addMountPoints } from "./export-root.js";
 
 export interface NewImage {
   /** The image's key (`templates/<key>.current`). */
@@ -37,19 +38,31 @@ export async function imageWorkDir(imagesDir: string, key: string): Promise<{ di
   return { dir, rootfs };
 }
 
-/** Adds the sandbox user (uid/gid GUEST.uid) to a root that lacks it, by its files (the image may have no useradd). */
+/**
+ * Adds root (an image made `FROM scratch` may have no /etc/passwd: envd acts
+ * as root for the SDK's `user: "root"`) and the sandbox user (uid/gid
+ * GUEST.uid) to a root that lacks them, by its files (the image may have no
+ * useradd).
+ */
 async function ensureSandboxUser(rootfs: string): Promise<void> {
-  const passwd = (await readGuestFile(rootfs, "/etc/passwd")) ?? "";
-  const users = passwd.split("\n").map((l) => l.split(":"));
+  const withLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`;
+  const append = async (file: string, text: string, line: string, mode: number): Promise<string> => {
+    const content = withLine(text, line);
+    await writeGuestFile(rootfs, file, { content, mode });
+    return content;
+  };
+  const fields = (text: string) => text.split("\n").map((l) => l.split(":"));
+  let passwd = (await readGuestFile(rootfs, "/etc/passwd")) ?? "";
+  let group = (await readGuestFile(rootfs, "/etc/group")) ?? "";
+  if (!fields(passwd).some((u) => u[2] === "0")) passwd = await append("/etc/passwd", passwd, "root:x:0:0:root:/root:/bin/sh", 0o644);
+  if (!fields(group).some((g) => g[2] === "0")) group = await append("/etc/group", group, "root:x:0:", 0o644);
+  const users = fields(passwd);
   if (users.some((u) => u[0] === GUEST.user)) return;
   if (users.some((u) => u[2] === String(GUEST.uid))) {
     throw new Error(`uid ${GUEST.uid} belongs to another user in the image: locale2b's sandbox user '${GUEST.user}' needs it`);
   }
-  const append = async (file: string, text: string, line: string, mode: number) =>
-    writeGuestFile(rootfs, file, { content: `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`, mode });
   const shell = (await readGuestFile(rootfs, "/etc/shells"))?.includes("/bin/bash") ? "/bin/bash" : "/bin/sh";
   await append("/etc/passwd", passwd, `${GUEST.user}:x:${GUEST.uid}:${GUEST.uid}::${GUEST.home}:${shell}`, 0o644);
-  const group = (await readGuestFile(rootfs, "/etc/group")) ?? "";
   if (!group.split("\n").some((l) => l.startsWith(`${GUEST.user}:`))) await append("/etc/group", group, `${GUEST.user}:x:${GUEST.uid}:`, 0o644);
   const shadow = await readGuestFile(rootfs, "/etc/shadow");
   if (shadow !== undefined) await append("/etc/shadow", shadow, `${GUEST.user}:!:19000:0:99999:7:::`, 0o640);
@@ -62,12 +75,9 @@ async function ensureSandboxUser(rootfs: string): Promise<void> {
  */
 export async function provisionGuest(imagesDir: string, rootfs: string, log?: (line: string) => void): Promise<void> {
   const [bundle, init] = await Promise.all([ensureEnvdBundle(imagesDir, { log }), ensureInitBinary(imagesDir, log)]);
-  await writeGuestFile(rootfs, GUEST.node, { from: process.execPath, mode: 0o755 });
-  // A fresh folder: nothing of an older bundle (or of what a build put there) stays.
-  await removeTree(await guestMkdir(rootfs, posix.dirname(GUEST.envd)));
-  const envdDir = await guestMkdir(rootfs, posix.dirname(GUEST.envd));
-  await mustRun("copy the envd bundle", "cp", ["-a", "--reflink=auto", "--", `${bundle.dir}/.`, envdDir]);
-  await mustRun("own the envd bundle", "chown", ["-R", "-h", "0:0", envdDir]);
+  // envd's Node, bundle and the libraries they load (the image's C library, if any, is not used):
+  // a fresh /opt/locale2b, so nothing of an older one (or of what a build put there) stays.
+  await installGuestRuntime(rootfs, await ensureGuestRuntime(imagesDir, bundle, { log }));
   await writeGuestFile(rootfs, GUEST.init, { from: init, mode: 0o755 });
   await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
   await writeGuestFile(rootfs, "/etc/hosts", {
@@ -75,8 +85,12 @@ export async function provisionGuest(imagesDir: string, rootfs: string, log?: (l
     mode: 0o644,
   });
   await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
+  // What the runtimes mount over (/proc, /dev, ...): an image made `FROM scratch` may not have them.
+  await addMountPoints(rootfs);
   await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
   await ensureSandboxUser(rootfs);
+  // /home for everyone (an image may have none: guestMkdir would make it with the home's own mode).
+  await guestMkdir(rootfs, posix.dirname(GUEST.home), 0o755);
   const home = await guestMkdir(rootfs, GUEST.home, 0o750);
   const st = await stat(home);
   if (st.uid !== GUEST.uid) await chown(home, GUEST.uid, GUEST.uid);

@@ -137,11 +137,11 @@ describe("template hashes", () => {
     expect(a).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it("the template hash covers the layer, Node, the envd bundle, the init, the npm tarballs and the files", () => {
-    const parts = { layerHash: "a", nodeSha256: "n", envdBundle: "e", initSha256: "i", template: { files: [] } };
+  it("the template hash covers the layer, Node, the envd bundle, envd's runtime, the init, the npm tarballs and the files", () => {
+    const parts = { layerHash: "a", nodeSha256: "n", envdBundle: "e", guestRuntime: "r", initSha256: "i", template: { files: [] } };
     const h = templateHash(parts);
     expect(templateHash({ ...parts })).toBe(h);
-    for (const k of ["layerHash", "nodeSha256", "envdBundle", "initSha256"] as const) expect(templateHash({ ...parts, [k]: "x" })).not.toBe(h);
+    for (const k of ["layerHash", "nodeSha256", "envdBundle", "guestRuntime", "initSha256"] as const) expect(templateHash({ ...parts, [k]: "x" })).not.toBe(h);
     expect(templateHash({ ...parts, template: { files: [{ path: "/x" }] } })).not.toBe(h);
     expect(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abc"] })).not.toBe(h);
     expect(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abd"] })).not.toBe(templateHash({ ...parts, npmTarballs: ["npm@10.9.9 abc"] }));
@@ -452,6 +452,14 @@ describe("template build base", () => {
     // envd's Node is a file of its own: whatever the user does to theirs does not reach it.
     expect(GUEST.node.startsWith("/opt/locale2b/")).toBe(true);
     expect(statSync(join(root, GUEST.node)).ino).not.toBe(statSync(join(root, "usr/local/bin/node")).ino);
+    // ... and loads only its own libraries (the image's libc and libstdc++ do not matter to it): patched to its own loader and rpath.
+    const patchelf = (flag: string, file: string) => spawnSync("patchelf", [flag, join(root, file)], { encoding: "utf8" }).stdout.trim();
+    expect(patchelf("--print-interpreter", GUEST.node)).toBe(`${GUEST.lib}/ld-linux-x86-64.so.2`);
+    expect(patchelf("--print-rpath", GUEST.node)).toBe(GUEST.lib);
+    for (const lib of ["ld-linux-x86-64.so.2", "libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libutil.so.1"]) expect(existsSync(join(root, GUEST.lib, lib)), lib).toBe(true);
+    expect(patchelf("--print-rpath", "opt/locale2b/envd/node_modules/@lydell/node-pty-linux-x64/pty.node")).toBe(GUEST.lib);
+    // The user's Node is the host's binary, untouched: the image's loader and libraries.
+    expect(patchelf("--print-interpreter", "usr/local/bin/node")).toBe("/lib64/ld-linux-x86-64.so.2");
     expect(statSync(join(root, "usr/bin/ping")).mode & 0o4000).toBe(0o4000); // setuid root: the process runtime keeps it, not capabilities
     expect(readdirSync(join(root, "usr/lib")).filter((d) => /^python3/.test(d) && existsSync(join(root, "usr/lib", d, "EXTERNALLY-MANAGED")))).toEqual([]);
     // Exactly the build host's local CA certificates, and trusted (in the system's bundle); no other host file.

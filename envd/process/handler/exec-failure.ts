@@ -1,4 +1,4 @@
-import { accessSync, constants, statSync } from "node:fs";
+import { accessSync, constants, existsSync, statSync } from "node:fs";
 import { getSystemErrorMap } from "node:util";
 import type { SpawnSpec } from "./process-handle.js";
 
@@ -66,6 +66,17 @@ export function precheckExec(cmd: string, path: string | undefined): ExecFailure
     }
   }
   return execFailure(cmd, failure);
+}
+
+/**
+ * Why `failure` cannot be reported by a process as E2B's envd does: the
+ * sandbox's image has no /bin/sh (a distroless or `FROM scratch` image).
+ * Undefined when it has one.
+ */
+export function unreportable(cmd: string, failure: ExecFailure): string | undefined {
+  if (existsSync(SHELL)) return undefined;
+  const what = failure.line.replace(/^envd: /, "");
+  return cmd === SHELL ? `${what}: this sandbox's image has no shell` : `${what}, and there is no ${SHELL} either: this sandbox's image has no shell`;
 }
 
 /** What to spawn instead of `spec`: a shell that prints the failure on stderr and exits with its code. */

@@ -4,11 +4,12 @@ import { spawn } from "node:child_process";
 import type { EventEmitter } from "node:events";
 import { createRequire } from "node:module";
 import type { Readable, Writable } from "node:stream";
-import { execFailureOf, precheckExec, reporter } from "./exec-failure.js";
+import { execFailureOf, precheckExec, reporter, unreportable, type ExecFailure } from "./exec-failure.js";
 import { exitStatus, type ExitStatus } from "./exit-status.js";
 import { Multiplexer, type Sized } from "./multiplex.js";
 import { raisesChildOomScore, withChildOomScore } from "./oom-score.js";
 import type { PooledPipe } from "./pooled-pipe.js";
+import { withShellFallback } from "./shell-fallback.js";
 import { spawnHelper } from "./spawn-helper.js";
 import { spawnTurn } from "./spawn-turns.js";
 
@@ -80,6 +81,12 @@ function startError(spec: SpawnSpec, err: unknown): ConnectError {
   return new ConnectError(`error starting process '${spec.cmd}': ${(err as Error).message}`, Code.InvalidArgument);
 }
 
+/** A failure no process can report (no /bin/sh in the sandbox) is the start's error. */
+function throwUnreportable(spec: SpawnSpec, failure: ExecFailure): void {
+  const why = unreportable(spec.cmd, failure);
+  if (why) throw new ConnectError(`error starting process: ${why}`, Code.InvalidArgument);
+}
+
 /**
  * One running process: its output multiplexer, stdin, signals, PTY size and
  * exit. `end` is known only after the output pipes closed (so no output is
@@ -118,10 +125,12 @@ export class ProcessHandle {
    * 127/126 runs in its place (exec-failure.ts). Rejects with
    * `invalid_argument` when nothing can be started at all.
    */
-  static async spawn(spec: SpawnSpec): Promise<ProcessHandle> {
+  static async spawn(requested: SpawnSpec): Promise<ProcessHandle> {
+    const spec = withShellFallback(requested);
     if (spec.pty) {
       await spawnTurn();
       const failure = precheckExec(spec.cmd, spec.env.PATH);
+      if (failure) throwUnreportable(spec, failure);
       return ProcessHandle.spawnPty(failure ? reporter(spec, failure) : spec, spec.pty);
     }
     let child: Child;
@@ -130,6 +139,7 @@ export class ProcessHandle {
     } catch (err) {
       const failure = execFailureOf(spec.cmd, err);
       if (!failure) throw startError(spec, err);
+      throwUnreportable(spec, failure);
       child = await spawnChild(reporter(spec, failure)).catch((again: unknown) => {
         throw startError(spec, again);
       });
