@@ -40,11 +40,13 @@ export async function imageWorkDir(imagesDir: string, key: string): Promise<{ di
 
 /**
  * Adds root (an image made `FROM scratch` may have no /etc/passwd: envd acts
- * as root for the SDK's `user: "root"`) and the sandbox user (uid/gid
- * GUEST.uid) to a root that lacks them, by its files (the image may have no
- * useradd).
+ * as root for the SDK's `user: "root"`) and the sandbox user to a root that
+ * lacks them, by its files (the image may have no useradd). The sandbox user
+ * gets uid/gid GUEST.uid, or the first free id from there when the image gave
+ * it to another user (`node` in node:*, `ubuntu` in ubuntu:24.04): envd acts
+ * as users by name. Returns the sandbox user's uid and gid.
  */
-async function ensureSandboxUser(rootfs: string): Promise<void> {
+async function ensureSandboxUser(rootfs: string): Promise<{ uid: number; gid: number }> {
   const withLine = (text: string, line: string) => `${text}${text === "" || text.endsWith("\n") ? "" : "\n"}${line}\n`;
   const append = async (file: string, text: string, line: string, mode: number): Promise<string> => {
     const content = withLine(text, line);
@@ -57,15 +59,17 @@ async function ensureSandboxUser(rootfs: string): Promise<void> {
   if (!fields(passwd).some((u) => u[2] === "0")) passwd = await append("/etc/passwd", passwd, "root:x:0:0:root:/root:/bin/sh", 0o644);
   if (!fields(group).some((g) => g[2] === "0")) group = await append("/etc/group", group, "root:x:0:", 0o644);
   const users = fields(passwd);
-  if (users.some((u) => u[0] === GUEST.user)) return;
-  if (users.some((u) => u[2] === String(GUEST.uid))) {
-    throw new Error(`uid ${GUEST.uid} belongs to another user in the image: locale2b's sandbox user '${GUEST.user}' needs it`);
-  }
+  const existing = users.find((u) => u[0] === GUEST.user);
+  if (existing) return { uid: Number(existing[2]), gid: Number(existing[3]) };
+  const taken = new Set([...users.map((u) => u[2]), ...fields(group).map((g) => g[2])].filter(Boolean).map(Number));
+  let id = GUEST.uid;
+  while (taken.has(id)) id++;
   const shell = (await readGuestFile(rootfs, "/etc/shells"))?.includes("/bin/bash") ? "/bin/bash" : "/bin/sh";
-  await append("/etc/passwd", passwd, `${GUEST.user}:x:${GUEST.uid}:${GUEST.uid}::${GUEST.home}:${shell}`, 0o644);
-  if (!group.split("\n").some((l) => l.startsWith(`${GUEST.user}:`))) await append("/etc/group", group, `${GUEST.user}:x:${GUEST.uid}:`, 0o644);
+  await append("/etc/passwd", passwd, `${GUEST.user}:x:${id}:${id}::${GUEST.home}:${shell}`, 0o644);
+  if (!group.split("\n").some((l) => l.startsWith(`${GUEST.user}:`))) await append("/etc/group", group, `${GUEST.user}:x:${id}:`, 0o644);
   const shadow = await readGuestFile(rootfs, "/etc/shadow");
   if (shadow !== undefined) await append("/etc/shadow", shadow, `${GUEST.user}:!:19000:0:99999:7:::`, 0o640);
+  return { uid: id, gid: id };
 }
 
 /**
@@ -88,12 +92,12 @@ export async function provisionGuest(imagesDir: string, rootfs: string, log?: (l
   // What the runtimes mount over (/proc, /dev, ...): an image made `FROM scratch` may not have them.
   await addMountPoints(rootfs);
   await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
-  await ensureSandboxUser(rootfs);
+  const user = await ensureSandboxUser(rootfs);
   // /home for everyone (an image may have none: guestMkdir would make it with the home's own mode).
   await guestMkdir(rootfs, posix.dirname(GUEST.home), 0o755);
   const home = await guestMkdir(rootfs, GUEST.home, 0o750);
   const st = await stat(home);
-  if (st.uid !== GUEST.uid) await chown(home, GUEST.uid, GUEST.uid);
+  if (st.uid !== user.uid) await chown(home, user.uid, user.gid);
 }
 
 /**

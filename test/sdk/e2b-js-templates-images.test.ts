@@ -80,13 +80,14 @@ function glibcImage(b: ImageBuilder): void {
   b.create("glibc").layer("glibc", (root) => {
     copyHostPrograms(root, ["bash", "dash", "cat", "ls", "id", "env", "pwd", "whoami", "mkdir", "rm", "cp", "chmod", "chown", "mktemp", "dirname", "basename", "touch", "grep", "tar", "head", "readlink", "sort", "find"]);
     symlinkSync("dash", join(root, "usr/bin/sh"));
-    etc(root, "root:x:0:0:root:/root:/bin/bash\napp:x:1001:1001::/home/app:/bin/bash\n", "root:x:0:\napp:x:1001:\n");
+    // uid 1000 is the image's own user's, as `node` in node:* and `ubuntu` in ubuntu:24.04: the sandbox user gets the next free id.
+    etc(root, "root:x:0:0:root:/root:/bin/bash\napp:x:1000:1000::/home/app:/bin/bash\n", "root:x:0:\napp:x:1000:\n");
     writeFileSync(join(root, "etc/shells"), "/bin/sh\n/bin/bash\n");
     for (const d of ["srv/app", "home/app", "root", "tmp"]) mkdirSync(join(root, d), { recursive: true });
     chmodSync(join(root, "tmp"), 0o1777);
     writeFileSync(join(root, "srv/app/README"), "the app's files\n");
-    chownSync(join(root, "srv/app"), 1001, 1001);
-    chownSync(join(root, "home/app"), 1001, 1001);
+    chownSync(join(root, "srv/app"), 1000, 1000);
+    chownSync(join(root, "home/app"), 1000, 1000);
   });
   b.config("glibc", { env: ["PATH=/usr/local/bin:/usr/bin:/bin", `GREETING=${IMAGE_ENV.GREETING}`], workdir: "/srv/app", user: "app", cmd: ["/bin/bash"] });
   b.push("glibc", `${registry.host}/team/app:v1`, `${USER.username}:${USER.password}`);
@@ -221,7 +222,9 @@ describe.skipIf(skip !== undefined)(`fromImage from a registry on loopback${skip
     expect(out.stdout).toBe(`${IMAGE_ENV.GREETING}\n/srv/app\napp\nthe app's files\n`);
     // root too, and the sandbox user E2B's SDK knows.
     expect((await s.commands.run("whoami", { user: "root", timeoutMs: 60_000 })).stdout).toBe("root\n");
-    expect((await s.commands.run("whoami; echo $HOME", { user: "user", timeoutMs: 60_000 })).stdout).toBe(`user\n${GUEST.home}\n`);
+    expect((await s.commands.run("whoami; echo $HOME; id -u", { user: "user", timeoutMs: 60_000 })).stdout).toBe(`user\n${GUEST.home}\n1001\n`);
+    expect((await s.commands.run("ls -ld $HOME", { user: "user", timeoutMs: 60_000 })).stdout).toMatch(/^d\S+ +\d+ user user /);
+    expect((await s.commands.run("id -u", { timeoutMs: 60_000 })).stdout).toBe("1000\n");
   });
 
   it("without credentials: the build fails at step base with the registry's refusal", async () => {
