@@ -32,14 +32,13 @@ export interface AssembleInputs {
   workDir: string;
 }
 
-/** Copies the layer and adds the guest's own files. Never modifies a layer file in place. */
-export async function assembleRootfs(o: AssembleInputs): Promise<void> {
-  const { def, rootfs } = o;
-  // A real copy (reflinked where the file system can): the template's files are its own.
-  await mustRun("copy the layer", "cp", ["-a", "--reflink=auto", "--", o.layerRootfs, rootfs]);
-  // envd's Node: its own file (not a link to the user's), so nothing the user does to theirs reaches it.
-  await installGuestRuntime(rootfs, o.runtime);
-  await writeGuestFile(rootfs, GUEST.init, { from: o.initBinary, mode: 0o755 });
+/**
+ * What every guest has of locale2b's besides envd's runtime: the init, the
+ * files the runtimes fill (hostname, hosts, resolv.conf) and envd's socket
+ * folder. Replaces what is there (never writes through a link).
+ */
+export async function writeGuestBasics(rootfs: string, initBinary: string): Promise<void> {
+  await writeGuestFile(rootfs, GUEST.init, { from: initBinary, mode: 0o755 });
   await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
   await writeGuestFile(rootfs, "/etc/hosts", {
     content: `127.0.0.1\tlocalhost\n127.0.1.1\t${HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n`,
@@ -49,6 +48,16 @@ export async function assembleRootfs(o: AssembleInputs): Promise<void> {
   // runtime by binding the host's over it).
   await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
   await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
+}
+
+/** Copies the layer and adds the guest's own files. Never modifies a layer file in place. */
+export async function assembleRootfs(o: AssembleInputs): Promise<void> {
+  const { def, rootfs } = o;
+  // A real copy (reflinked where the file system can): the template's files are its own.
+  await mustRun("copy the layer", "cp", ["-a", "--reflink=auto", "--", o.layerRootfs, rootfs]);
+  // envd's Node: its own file (not a link to the user's), so nothing the user does to theirs reaches it.
+  await installGuestRuntime(rootfs, o.runtime);
+  await writeGuestBasics(rootfs, o.initBinary);
   if (def.node) await installUserNode(rootfs, o.nodeBinary, o.npmTarballs, o.workDir);
   for (const f of def.files) {
     await writeGuestFile(rootfs, f.path, { ...(f.from !== undefined ? { from: f.from } : { content: f.content ?? "" }), mode: f.mode });

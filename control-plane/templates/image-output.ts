@@ -14,7 +14,7 @@ import { ensureEnvdBundle } from "../images/envd-bundle.js";
 import { ensureInitBinary } from "../images/guest-init.js";
 import { ensureGuestRuntime, installGuestRuntime } from "../images/guest-runtime.js";
 import { GUEST, type TemplateManifest } from "../images/layout.js";
-import { HOSTNAME, packExt4 } from "../images/template-assemble.js";
+import { packExt4, writeGuestBasics } from "../images/template-assemble.js";
 import { guestMkdir, readGuestFile, treeBytes, writeGuestFile } from "../images/template-fs.js";
 import { setCurrent } from "../images/template-store.js";
 import { addMountPoints } from "./export-root.js";
@@ -82,16 +82,9 @@ export async function provisionGuest(imagesDir: string, rootfs: string, log?: (l
   // envd's Node, bundle and the libraries they load (the image's C library, if any, is not used):
   // a fresh /opt/locale2b, so nothing of an older one (or of what a build put there) stays.
   await installGuestRuntime(rootfs, await ensureGuestRuntime(imagesDir, bundle, { log }));
-  await writeGuestFile(rootfs, GUEST.init, { from: init, mode: 0o755 });
-  await writeGuestFile(rootfs, "/etc/hostname", { content: `${HOSTNAME}\n`, mode: 0o644 });
-  await writeGuestFile(rootfs, "/etc/hosts", {
-    content: `127.0.0.1\tlocalhost\n127.0.1.1\t${HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n`,
-    mode: 0o644,
-  });
-  await writeGuestFile(rootfs, "/etc/resolv.conf", { content: "", mode: 0o644 });
   // What the runtimes mount over (/proc, /dev, ...): an image made `FROM scratch` may not have them.
   await addMountPoints(rootfs);
-  await guestMkdir(rootfs, posix.dirname(GUEST.envdSocket));
+  await writeGuestBasics(rootfs, init);
   const user = await ensureSandboxUser(rootfs);
   // /home for everyone (an image may have none: guestMkdir would make it with the home's own mode).
   await guestMkdir(rootfs, posix.dirname(GUEST.home), 0o755);
