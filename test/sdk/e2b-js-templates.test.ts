@@ -219,8 +219,10 @@ describe.skipIf(skip !== undefined)(`the Template SDK${skip ? ` (skipped: ${skip
 
     const list = await api("GET", "/templates");
     for (const t of list.json as unknown[]) expectSchema("Template", t);
-    const mine = (list.json as { templateID: string; names: string[]; buildStatus: string }[]).find((t) => t.templateID === bg.templateId);
+    const mine = (list.json as { templateID: string; names: string[]; buildStatus: string; sizeBytes: number }[]).find((t) => t.templateID === bg.templateId);
     expect(mine).toMatchObject({ names: [name], buildStatus: "ready" });
+    // The disk its ready build takes (locale2b's own field): a root filesystem of hundreds of MiB.
+    expect(mine!.sizeBytes).toBeGreaterThan(50 * 2 ** 20);
     expect((list.json as { templateID: string }[]).some((t) => t.templateID === "base")).toBe(true);
     const v2 = await api("GET", "/v2/templates?limit=1");
     expect(v2.headers.get("x-next-token")).toBeTruthy();

@@ -46,7 +46,11 @@ function templateFields(t: TemplateRecord, buildId: string, envdVersion: string)
   };
 }
 
-/** E2B's Template: buildID is the last ready build's (else the newest), buildStatus the newest's. */
+/**
+ * E2B's Template: buildID is the last ready build's (else the newest),
+ * buildStatus the newest's; `sizeBytes` (locale2b's own) is the root
+ * filesystem of that ready build: what the template takes on disk.
+ */
 function toTemplate(v: TemplateView): Record<string, unknown> {
   const ready = lastReady(v);
   const latest = v.builds[0];
@@ -54,6 +58,7 @@ function toTemplate(v: TemplateView): Record<string, unknown> {
     ...templateFields(v.template, ready?.id ?? latest?.id ?? "", (ready ?? latest)?.envdVersion ?? ""),
     names: v.template.names,
     buildStatus: latest?.status ?? "waiting",
+    ...(ready?.result ? { sizeBytes: ready.result.rootfsBytes } : {}),
   };
 }
 
