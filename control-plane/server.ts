@@ -32,6 +32,7 @@ import { createRuntime, DEFAULT_RUNTIME } from "./runtimes/registry.js";
 import { TemplateCatalog } from "./images/catalog.js";
 import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
+import type { Store } from "./store/store.js";
 import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
@@ -104,22 +105,19 @@ export const DEFAULT_LIMITS: ManagerLimits = {
   maxTimeoutSeconds: 24 * 3600,
 };
 
-function tokenSeed(store: SqliteStore): Buffer {
-  let seed = store.getSetting("token_seed");
-  if (!seed) {
-    seed = randomBytes(32).toString("hex");
-    store.setSetting("token_seed", seed);
-  }
-  return Buffer.from(seed, "hex");
+/** The secret sandbox tokens derive from: made once, kept in the store (every server sharing a store agrees on it). */
+async function tokenSeed(store: Store): Promise<Buffer> {
+  return Buffer.from(await store.initSetting("token_seed", randomBytes(32).toString("hex")), "hex");
 }
 
 /** Starts the control plane: E2B REST, the Connect API and the envd proxy on one port. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<RunningControlPlane> {
   const log = opts.log ?? createLogger({ component: "control-plane" });
   const store = new SqliteStore(join(opts.dataDir, "locale2b.db"), { owner: true });
+  const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
-  if (opts.apiKey) store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
-  else if (store.listApiKeys().length === 0) createdApiKey = store.createApiKey("default").key;
+  if (opts.apiKey) await store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
+  else if ((await store.listApiKeys()).length === 0) createdApiKey = (await store.createApiKey("default")).key;
 
   const runtime = opts.runtime ?? (await createRuntime(DEFAULT_RUNTIME));
   const notes = await runtime.check();
@@ -141,9 +139,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     runtimes,
     imagesDir: images,
     dataDir: opts.dataDir,
-    seed: tokenSeed(store),
+    seed,
     defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
-    snapshotNamed: (name) => snapshotsRef?.resolve(name) !== undefined,
+    snapshotNamed: async (name) => (await snapshotsRef?.resolve(name)) !== undefined,
     dropWarm: (image) => managerRef?.dropWarm(image) ?? Promise.resolve(),
     log: log.child({ component: "templates" }),
   });
@@ -154,7 +152,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     transport,
     envd: new EnvdClient(),
     dataDir: opts.dataDir,
-    seed: tokenSeed(store),
+    seed,
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
     templates: templates.service,
     startCommand: startCommandHook(envdRpc, templates.settings.readyTimeoutMs),
@@ -176,9 +174,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   managerRef = manager;
   await manager.start();
   const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }) });
-  snapshots.start();
+  await snapshots.start();
   snapshotsRef = snapshots;
-  templates.service.start();
+  await templates.service.start();
   activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
@@ -268,7 +266,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       await templates.close();
       await manager.close();
       metrics.close();
-      store.close();
+      await store.close();
     },
   };
 }

@@ -112,7 +112,7 @@ export async function startInProcessControlPlane(runtime: Runtime): Promise<InPr
 
 /** QEMU's and vhost-device-vsock's pids, from what the store keeps for a qemu sandbox (PersistedQemuInstance). */
 export function vmPids(h: InProcessControlPlane, id: string): { qemu: number; vhost: number } {
-  const data = h.cp.store.getSandbox(id)?.runtimeData as Partial<PersistedQemuInstance> | undefined;
+  const data = h.cp.manager.get(id).runtimeData as Partial<PersistedQemuInstance> | undefined;
   if (!data?.qemu || !data.vhost) throw new Error(`sandbox ${id} has no QEMU pids in the store (runtime ${h.cp.runtime.name})`);
   return { qemu: data.qemu.pid, vhost: data.vhost.pid };
 }

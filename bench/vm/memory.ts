@@ -47,7 +47,7 @@ export async function sampleVmMemory(h: InProcessControlPlane, sb: SandboxHandle
   const qemu = procStatusMemory(pids.qemu);
   const vhost = procStatusMemory(pids.vhost);
   if (!qemu || !vhost) throw new Error(`sandbox ${sb.id}: QEMU (${pids.qemu}) or vhost-device-vsock (${pids.vhost}) is gone`);
-  const configured = (h.cp.store.getSandbox(sb.id)?.memoryMB ?? 0) * MiB;
+  const configured = ((await h.cp.store.getSandbox(sb.id))?.memoryMB ?? 0) * MiB;
   return { configured, qemu, vhost, guest };
 }
 

@@ -5,7 +5,7 @@ import type { ApiKeyInfo, Store } from "../store/store.js";
  * The caller's API key: `X-API-KEY` (what the E2B SDKs send; any case) or
  * `Authorization: Bearer <key>`. Undefined when missing or not valid.
  */
-export function apiKeyFromHeaders(store: Store, headers: IncomingHttpHeaders | Headers): ApiKeyInfo | undefined {
+export async function apiKeyFromHeaders(store: Store, headers: IncomingHttpHeaders | Headers): Promise<ApiKeyInfo | undefined> {
   const get = (name: string): string | undefined => {
     if (headers instanceof Headers) return headers.get(name) ?? undefined;
     const v = headers[name];

@@ -29,18 +29,18 @@ Authorization: Bearer <key>.
 const CMD = "keys";
 
 /** Runs fn, retrying briefly while another process (the server) holds the database lock. */
-async function withStore<T>(dataDir: string, fn: (store: SqliteStore) => T): Promise<T> {
+async function withStore<T>(dataDir: string, fn: (store: SqliteStore) => Promise<T>): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     let store: SqliteStore | undefined;
     try {
       store = new SqliteStore(dbPath(dataDir));
-      return fn(store);
+      return await fn(store);
     } catch (err) {
       const msg = (err as Error).message ?? "";
       if (!/locked|busy/i.test(msg) || attempt >= 50) throw err;
       await new Promise((r) => setTimeout(r, 100));
     } finally {
-      store?.close();
+      await store?.close();
     }
   }
 }
@@ -106,7 +106,7 @@ export async function runKeysCommand(args: string[]): Promise<number> {
       expectArgs(1, "one key id or key (see 'locale2b keys list')");
       if (!existsSync(dbPath(dataDir))) throw new CliError(`no locale2b data in ${dataDir}: nothing to revoke (pass --data-dir?)`);
       const target = positionals[0]!.trim();
-      const { revoked, left } = await withStore(dataDir, (s) => ({ revoked: s.revokeApiKey(target), left: s.listApiKeys().length }));
+      const { revoked, left } = await withStore(dataDir, async (s) => ({ revoked: await s.revokeApiKey(target), left: (await s.listApiKeys()).length }));
       if (!revoked) throw new CliError(`no API key matches '${target}' in ${dataDir} (see 'locale2b keys list')`);
       process.stdout.write(`revoked ${target.startsWith("e2b_") ? "the key" : target}\n`);
       if (left === 0) {

@@ -8,6 +8,9 @@ import type { SandboxBoot } from "./template.js";
  */
 export type SandboxState = "creating" | "running" | "pausing" | "paused" | "resuming" | "killed";
 
+/** Every state but `killed`: what a list shows unless asked for others. */
+export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "pausing", "paused", "resuming"];
+
 export type TimeoutAction = "kill" | "pause";
 
 export interface SandboxRecord {
@@ -40,6 +43,8 @@ export interface SandboxRecord {
   /** E2B's network config as the create asked for it (allowOut/denyOut as PUT /network last set them), returned by getInfo. */
   network?: SandboxNetwork;
   runtime: string;
+  /** The host it runs on, in a fleet (`locale2b node --name`); absent on one box (`serve`). */
+  node?: string;
   /** What the runtime needs to re-adopt the instance after a restart (pid, socket path, ...). */
   runtimeData: Record<string, unknown>;
   /** Set when state is `killed`: why (killed, timeout, died, ...). */
@@ -86,4 +91,21 @@ export interface ListFilter {
   metadata?: Record<string, string>;
   templateId?: string;
   startedAfter?: number;
+  /** Only the sandboxes of this node (a fleet). */
+  node?: string;
+}
+
+/** Does `rec` pass `filter` (the stores' listSandboxes, in memory)? */
+export function matchesFilter(rec: SandboxRecord, filter: ListFilter): boolean {
+  const states = filter.states?.length ? filter.states : LIVE_STATES;
+  if (!states.includes(rec.state)) return false;
+  if (filter.templateId && rec.templateId !== filter.templateId) return false;
+  if (filter.startedAfter !== undefined && rec.startedAt < filter.startedAfter) return false;
+  if (filter.node !== undefined && rec.node !== filter.node) return false;
+  return Object.entries(filter.metadata ?? {}).every(([k, v]) => rec.metadata[k] === v);
+}
+
+/** The order lists come in: started first, then by id. */
+export function byStart(a: SandboxRecord, b: SandboxRecord): number {
+  return a.startedAt - b.startedAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 }

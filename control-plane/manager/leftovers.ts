@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Runtime } from "../runtimes/runtime.js";
 import type { Store } from "../store/store.js";
+import { LIVE_STATES } from "../domain/sandbox.js";
 import { removeStalePolicies } from "../runtimes/net/nft.js";
 import { isPausedToDisk } from "./fs-pause.js";
 import { removeLeftoverWarm } from "./warm-pool.js";
@@ -17,27 +18,31 @@ import { removeLeftoverWarm } from "./warm-pool.js";
  */
 export async function removeLeftovers(o: {
   store: Store;
+  node?: string;
   dataDir: string;
   runtime: Runtime;
   runtimeByName: (name: string) => Promise<Runtime>;
   log: Logger;
 }): Promise<void> {
   const { store, dataDir, log } = o;
-  pruneDeadRecords(store);
+  const onNode = o.node !== undefined ? { node: o.node } : {};
+  await pruneDeadRecords(store, onNode);
   await o.runtime.removeLeftovers?.(log).catch((err: unknown) => log.warn({ err }, "cannot remove what gone sandboxes left on the host"));
   await removeStalePolicies(log).catch((err: unknown) => log.warn({ err }, "cannot remove the network rules of gone sandboxes"));
-  await removeLeftoverWarm(join(dataDir, "sandboxes"), (id) => store.getSandbox(id) !== undefined, o.runtimeByName, log);
-  removeDeadSandboxDirs(join(dataDir, "sandboxes"), (id) => (store.getSandbox(id)?.state ?? "killed") !== "killed", log);
-  removeDeadSandboxDirs(join(dataDir, "paused"), (id) => isPausedToDisk(store.getSandbox(id)), log);
+  // This host's records, dead ones too, as they are now (the warm leftovers below are killed before the directories go).
+  const records = new Map((await store.listSandboxes({ states: [...LIVE_STATES, "killed"], ...onNode })).map((r) => [r.id, r]));
+  await removeLeftoverWarm(join(dataDir, "sandboxes"), (id) => records.has(id), o.runtimeByName, log);
+  removeDeadSandboxDirs(join(dataDir, "sandboxes"), (id) => (records.get(id)?.state ?? "killed") !== "killed", log);
+  removeDeadSandboxDirs(join(dataDir, "paused"), (id) => isPausedToDisk(records.get(id)), log);
 }
 
 /** How long the record of a dead sandbox is kept (GET answers "killed" meanwhile). */
 const DEAD_RETENTION_MS = 24 * 3600_000;
 
 /** Forgets the records of sandboxes dead for longer than DEAD_RETENTION_MS. */
-export function pruneDeadRecords(store: Store): void {
-  for (const rec of store.listSandboxes({ states: ["killed"] })) {
-    if (rec.endAt < Date.now() - DEAD_RETENTION_MS) store.deleteSandbox(rec.id);
+export async function pruneDeadRecords(store: Store, filter: { node?: string } = {}): Promise<void> {
+  for (const rec of await store.listSandboxes({ states: ["killed"], ...filter })) {
+    if (rec.endAt < Date.now() - DEAD_RETENTION_MS) await store.deleteSandbox(rec.id);
   }
 }
 

@@ -31,9 +31,9 @@ export interface ResolvedTemplate {
 }
 
 export interface TemplateResolver {
-  resolve(ref: string): ResolvedTemplate | undefined;
+  resolve(ref: string): Promise<ResolvedTemplate | undefined>;
   /** What a create may name, for the error an unknown one gets. */
-  names(): string[];
+  names(): Promise<string[]>;
   /** Why a template that is not there yet will be (a built-in being built for its first use), if so. */
   pending?(ref: string): string | undefined;
 }
@@ -47,6 +47,8 @@ export type StartCommand = (target: EnvdTarget, boot: SandboxBoot | undefined) =
 
 export interface ManagerOptions {
   store: Store;
+  /** This host's name in a fleet: its sandboxes' records carry it, and only they are adopted at start. */
+  node?: string;
   /** The server's default runtime. */
   runtime: Runtime;
   /** All runtimes, when templates may pick theirs (default: only `runtime`). */

@@ -2,7 +2,6 @@
 // capacity check, and the settings pushed to envd after start and resume.
 import { ENVD_VERSION } from "../../envd/version.js";
 import type { Instance } from "../runtimes/runtime.js";
-import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import type { Endpoint } from "../transport/endpoint.js";
 import { deriveToken } from "./ids.js";
@@ -52,8 +51,8 @@ export function checkTimeout(seconds: number, maxSeconds: number, zero = false):
   return Math.ceil(seconds);
 }
 
-export function checkCapacity(store: Store, limits: ManagerLimits, memoryMB: number): void {
-  const live = store.listSandboxes();
+/** Refuses a new sandbox past the host's sandbox limit or memory budget (`live`: its sandboxes now). */
+export function checkCapacity(live: SandboxRecord[], limits: ManagerLimits, memoryMB: number): void {
   const { maxSandboxes, memoryBudgetMB } = limits;
   if (live.length >= maxSandboxes) {
     throw new ControlPlaneError(

@@ -21,9 +21,10 @@ import { InstanceTable } from "./instances.js";
 import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
 import { KeyedLock } from "./locks.js";
 import { Timeouts } from "./timeouts.js";
+import { SandboxTable } from "./sandbox-table.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { ControlPlaneError } from "../domain/errors.js";
-import type { CreateSandboxInput, LifecycleEventType, ListFilter, SandboxRecord } from "../domain/sandbox.js";
+import { byStart, type CreateSandboxInput, type LifecycleEventType, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { Endpoint } from "../transport/endpoint.js";
 
 export type { ManagerLimits, ManagerOptions } from "./options.js";
@@ -42,14 +43,17 @@ export class SandboxManager {
   private readonly warm: WarmPools;
   private readonly admission: Admission;
   private readonly timeouts: Timeouts;
+  /** The live records: read from memory, written through to the store. */
+  private readonly table: SandboxTable;
   private closed = false;
   private readonly fs: FsPauseDeps;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
+    this.table = new SandboxTable(o.store, o.log, o.node);
     this.admission = new Admission(o.admission ?? defaultAdmissionLimits());
     this.fs = { ...o, runtimes: this.runtimes, dir: (id) => this.dir(id), waitReady: (id, inst) => this.waitReady(id, inst) };
-    this.timeouts = new Timeouts({ ...o, locks: this.locks, maxSeconds: o.limits.maxTimeoutSeconds, get: (id) => this.get(id), expire: (rec) => this.expire(rec) });
+    this.timeouts = new Timeouts({ ...o, table: this.table, locks: this.locks, maxSeconds: o.limits.maxTimeoutSeconds, get: (id) => this.get(id), expire: (rec) => this.expire(rec) });
     const base = o.warmPool ? this.warmPool({ templateId: "base", ...o.defaults }, { image: "base" }, o.warmPool) : undefined;
     this.warm = new WarmPools({
       ...(base ? { base } : {}),
@@ -108,9 +112,10 @@ export class SandboxManager {
 
   /** Re-adopts what survived a restart and starts the timeout reaper. */
   async start(): Promise<void> {
-    for (const rec of this.o.store.listSandboxes({ states: ["creating", "running", "pausing", "paused", "resuming"] })) {
+    for (const rec of await this.table.load()) {
       await this.locks.run(rec.id, () => this.adopt(rec));
     }
+    await this.table.flushed();
     this.timeouts.start();
     await removeLeftovers({ ...this.o, runtimeByName: (n) => this.runtimes.byName(n) });
     this.warm.pool("base")?.fill();
@@ -153,8 +158,14 @@ export class SandboxManager {
   }
 
   private save(rec: SandboxRecord): SandboxRecord {
-    this.o.store.putSandbox(rec);
-    return rec;
+    return this.table.put(rec);
+  }
+
+  /** `op`'s result once the store holds what it wrote: what every public operation acknowledges. */
+  private async durable<T>(op: Promise<T>): Promise<T> {
+    const out = await op;
+    await this.table.flushed();
+    return out;
   }
 
   private emit(type: LifecycleEventType, sandbox: SandboxRecord): void {
@@ -166,8 +177,8 @@ export class SandboxManager {
     inst.onExit((reason) => {
       if (this.closed) return; // the next server adopts it, or finds it gone
       void this.locks.run(id, async () => {
-        const rec = this.o.store.getSandbox(id);
-        if (!rec || rec.state === "killed" || this.instances.get(id) !== inst) return;
+        const rec = this.table.get(id);
+        if (!rec || this.instances.get(id) !== inst) return;
         this.instances.take(id);
         this.o.transport.forget(id);
         this.markDead(rec, `died: ${reason}`);
@@ -184,11 +195,11 @@ export class SandboxManager {
   }
 
   async create(input: CreateSandboxInput): Promise<SandboxRecord> {
-    const template = input.boot ? { templateId: input.templateId, boot: input.boot } : this.o.templates.resolve(input.templateId);
+    const template = input.boot ? { templateId: input.templateId, boot: input.boot } : await this.o.templates.resolve(input.templateId);
     if (!template) {
       const pending = this.o.templates.pending?.(input.templateId);
       if (pending) throw new ControlPlaneError("unavailable", pending);
-      throw new ControlPlaneError("not_found", `template '${input.templateId}' not found (available: ${this.o.templates.names().join(", ")}; build one with the E2B Template SDK or 'locale2b template build <name>')`);
+      throw new ControlPlaneError("not_found", `template '${input.templateId}' not found (available: ${(await this.o.templates.names()).join(", ")}; build one with the E2B Template SDK or 'locale2b template build <name>')`);
     }
     const image = template.boot.image;
     const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
@@ -207,7 +218,7 @@ export class SandboxManager {
     if (!egress && !from && envsOk && pool?.matches(shape, input.allowInternetAccess ?? true)) {
       const warm = pool.take();
       if (warm && warm.runtime === runtime) {
-        const rec = await this.claimWarm(warm, input, shape, timeout, pool).catch((err: unknown) => {
+        const rec = await this.durable(this.claimWarm(warm, input, shape, timeout, pool)).catch((err: unknown) => {
           if (err instanceof ControlPlaneError) throw err; // capacity: the same answer a new one would get
           this.o.log.warn({ err, sandboxId: warm.id }, "handing out a warm sandbox failed: starting a new one");
           return undefined;
@@ -223,14 +234,14 @@ export class SandboxManager {
     // Over the sandbox limit: refused before queueing. Then one of the host's
     // start slots (or a place in the bounded queue, else 429): the readiness
     // deadline below starts only once this start runs.
-    checkCapacity(this.o.store, this.o.limits, memoryMB);
-    return this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress));
+    checkCapacity(this.table.list(), this.o.limits, memoryMB);
+    return this.durable(this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress)));
   }
 
   private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>): Promise<SandboxRecord> {
     const id = newSandboxId();
     return this.locks.run(id, async () => {
-      checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
+      checkCapacity(this.table.list(), this.o.limits, shape.memoryMB);
       const now = Date.now();
       let rec = this.save(newRecord(this.o.seed, id, input, shape, timeout, runtime.name));
       const log = this.o.log.child({ sandboxId: id });
@@ -255,7 +266,7 @@ export class SandboxManager {
         this.o.transport.get(id)?.drop();
         await inst?.kill().catch(() => undefined);
         this.o.transport.forget(id);
-        this.o.store.deleteSandbox(id);
+        this.table.delete(id);
         rmSync(dir, { recursive: true, force: true });
         const tail = consoleTail.length ? `; last console lines: ${consoleTail.slice(-3).join(" | ")}` : "";
         if (err instanceof SnapshotUnusableError) throw new ControlPlaneError("conflict", err.message);
@@ -283,13 +294,13 @@ export class SandboxManager {
     return this.locks.run(warm.id, async () => {
       const now = Date.now();
       try {
-        checkCapacity(this.o.store, this.o.limits, shape.memoryMB);
+        checkCapacity(this.table.list(), this.o.limits, shape.memoryMB);
         const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         warm.inst.foreground?.();
         await pushInit(this.o.envd, rec, this.endpointOf(warm.id, warm.inst), warm.inst);
         return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
       } catch (err) {
-        this.o.store.deleteSandbox(warm.id);
+        this.table.delete(warm.id);
         this.o.transport.forget(warm.id);
         await pool.discard(warm);
         throw err;
@@ -307,18 +318,32 @@ export class SandboxManager {
 
   /** A sandbox that exists (running or paused, or transitioning), else not_found. */
   get(id: string): SandboxRecord {
-    const rec = this.o.store.getSandbox(id);
-    if (!rec || rec.state === "killed") throw new ControlPlaneError("not_found", `sandbox '${id}' not found`);
+    const rec = this.table.get(id);
+    if (!rec) throw new ControlPlaneError("not_found", `sandbox '${id}' not found`);
     return rec;
   }
 
+  /** This host's sandboxes (never killed ones: they left the table; the store keeps them a while). */
   list(filter: ListFilter = {}): SandboxRecord[] {
-    return this.o.store.listSandboxes(filter);
+    return this.table.list(filter);
+  }
+
+  /** As list, and killed sandboxes too when `filter.states` asks for them (their records are read from the store). */
+  async listWithEnded(filter: ListFilter = {}): Promise<SandboxRecord[]> {
+    if (!filter.states?.includes("killed")) return this.list(filter);
+    const live = filter.states.filter((s) => s !== "killed");
+    const ended = await this.o.store.listSandboxes({ ...filter, states: ["killed"], ...(this.o.node !== undefined ? { node: this.o.node } : {}) });
+    return [...(live.length ? this.list({ ...filter, states: live }) : []), ...ended].sort(byStart);
+  }
+
+  /** Any sandbox's record, a killed one's too (events about it): from memory when it is live or ended lately. */
+  async record(id: string): Promise<SandboxRecord | undefined> {
+    return this.table.recent(id) ?? (await this.o.store.getSandbox(id));
   }
 
   /** `memory: false`: E2B's filesystem-only pause (fs-pause.ts); otherwise (and by default) in memory. */
   async pause(id: string, memory?: boolean): Promise<SandboxRecord> {
-    return this.locks.run(id, () => this.pauseLocked(this.get(id), memory));
+    return this.durable(this.locks.run(id, () => this.pauseLocked(this.get(id), memory)));
   }
 
   private async pauseLocked(rec: SandboxRecord, memory = true): Promise<SandboxRecord> {
@@ -368,23 +393,23 @@ export class SandboxManager {
   /** E2B connect: a running sandbox gets its timeout extended (never shortened); a paused one is resumed with a fresh timeout. */
   async connect(id: string, timeoutSeconds: number, memory?: boolean): Promise<{ sandbox: SandboxRecord; resumed: boolean }> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => {
+    return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout, memory), resumed: true };
       const endAt = Math.max(rec.endAt, Date.now() + timeout * 1000);
       return { sandbox: this.save({ ...rec, endAt }), resumed: false };
-    });
+    }));
   }
 
   /** The deprecated explicit resume: only for paused sandboxes (409 otherwise). */
   async resume(id: string, timeoutSeconds: number, autoPause?: boolean, memory?: boolean): Promise<SandboxRecord> {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
-    return this.locks.run(id, async () => {
+    return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is already running`);
       const resumed = await this.resumeLocked(rec, timeout, memory);
       return autoPause === undefined ? resumed : this.save({ ...resumed, onTimeout: autoPause ? "pause" : "kill" });
-    });
+    }));
   }
 
   /** `memory: false` cold-boots a sandbox paused in memory from its files (E2B's onResume 'reboot'). */
@@ -416,10 +441,10 @@ export class SandboxManager {
   }
 
   async kill(id: string, reason = "killed"): Promise<void> {
-    await this.locks.run(id, async () => {
+    await this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
       await this.killLocked(rec, reason);
-    });
+    }));
   }
 
   private async killLocked(rec: SandboxRecord, reason: string): Promise<void> {
@@ -445,22 +470,22 @@ export class SandboxManager {
 
   /** POST /timeout: the sandbox now ends `seconds` from now (shorter or longer; 0: its timeout action runs now). */
   setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
-    return this.timeouts.set(id, seconds);
+    return this.durable(this.timeouts.set(id, seconds));
   }
 
   /** PUT /sandboxes/{id}/network: replaces the egress rules of a sandbox that has its own network. */
   async updateNetwork(id: string, rules: EgressRules, allowInternetAccess: boolean): Promise<SandboxRecord> {
-    return this.locks.run(id, async () => {
+    return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
       await applyNetworkUpdate(rec, this.instances.get(id), rules, allowInternetAccess);
       const runtimeData = this.instances.get(id)?.persisted ?? rec.runtimeData;
       return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, rules), runtimeData });
-    });
+    }));
   }
 
   /** POST /refreshes: extends only. */
   refresh(id: string, seconds: number): Promise<SandboxRecord> {
-    return this.timeouts.extend(id, seconds);
+    return this.durable(this.timeouts.extend(id, seconds));
   }
 
   /**
@@ -489,8 +514,8 @@ export class SandboxManager {
 
   /** Is the sandbox killed, being killed, or unknown? */
   isGone(id: string): boolean {
-    const rec = this.o.store.getSandbox(id);
-    return !rec || rec.state === "killed" || this.beingKilled(rec);
+    const rec = this.table.get(id);
+    return !rec || this.beingKilled(rec);
   }
 
   /** Running with its instance taken: the kill takes the instance first (killLocked). */
@@ -500,7 +525,7 @@ export class SandboxManager {
 
   /** The endpoint of a sandbox that runs now, without resuming it (activity watchers, metric sampling). */
   runningEndpoint(id: string): { sandbox: SandboxRecord; endpoint: Endpoint } | undefined {
-    const rec = this.o.store.getSandbox(id);
+    const rec = this.table.get(id);
     const inst = this.instances.get(id);
     if (!rec || rec.state !== "running" || !inst) return undefined;
     return { sandbox: rec, endpoint: this.endpointOf(id, inst) };

@@ -3,7 +3,7 @@
 // action (kill or pause, the manager's `expire`) under its lock. Checked
 // every second, and at once for a timeout set to 0 ("end now").
 import type { Logger } from "pino";
-import type { Store } from "../store/store.js";
+import type { SandboxTable } from "./sandbox-table.js";
 import type { KeyedLock } from "./locks.js";
 import { checkTimeout } from "./records.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
@@ -11,7 +11,7 @@ import type { SandboxRecord } from "../domain/sandbox.js";
 const EVERY_MS = 1_000;
 
 export interface TimeoutsOptions {
-  store: Store;
+  table: SandboxTable;
   locks: KeyedLock;
   log: Logger;
   /** The longest timeout a client may set. */
@@ -54,18 +54,17 @@ export class Timeouts {
   }
 
   private save(rec: SandboxRecord): SandboxRecord {
-    this.o.store.putSandbox(rec);
-    return rec;
+    return this.o.table.put(rec);
   }
 
   /** Ends every running sandbox past its end (one that was extended or changed meanwhile is left). */
   async reap(): Promise<void> {
     const now = Date.now();
-    for (const rec of this.o.store.listSandboxes({ states: ["running"] })) {
+    for (const rec of this.o.table.list({ states: ["running"] })) {
       if (rec.endAt > now) continue;
       await this.o.locks
         .run(rec.id, async () => {
-          const cur = this.o.store.getSandbox(rec.id);
+          const cur = this.o.table.get(rec.id);
           if (!cur || cur.state !== "running" || cur.endAt > Date.now()) return;
           await this.o.expire(cur);
         })

@@ -43,13 +43,13 @@ export class SnapshotService {
   }
 
   /** Drops records whose files are gone and files no record names (a capture cut short by a crash). */
-  start(): void {
+  async start(): Promise<void> {
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     const known = new Set<string>();
-    for (const s of this.o.store.listSnapshots()) {
+    for (const s of await this.o.store.listSnapshots()) {
       if (existsSync(join(this.root, s.build))) known.add(s.build);
       else {
-        this.o.store.deleteSnapshot(s.id, s.tag);
+        await this.o.store.deleteSnapshot(s.id, s.tag);
         this.o.log.warn({ snapshotId: snapshotId(s), build: s.build }, "snapshot files are gone: record dropped");
       }
     }
@@ -65,9 +65,9 @@ export class SnapshotService {
   }
 
   /** A snapshot a reference names (id or name, namespace and tag optional), if any. */
-  resolve(ref: string): SnapshotRecord | undefined {
+  async resolve(ref: string): Promise<SnapshotRecord | undefined> {
     const r = parseRef(ref);
-    return r ? this.o.store.listSnapshots().find((s) => refMatches(s, r, true)) : undefined;
+    return r ? (await this.o.store.listSnapshots()).find((s) => refMatches(s, r, true)) : undefined;
   }
 
   isTemplate(id: string): boolean {
@@ -79,20 +79,20 @@ export class SnapshotService {
    * template built on this server (public: every key may create from it) or
    * a snapshot (the team's own), or undefined.
    */
-  alias(name: string): { templateID: string; public: boolean } | undefined {
+  async alias(name: string): Promise<{ templateID: string; public: boolean } | undefined> {
     if (this.isTemplate(name)) return { templateID: name, public: true };
-    const snap = this.resolve(name);
+    const snap = await this.resolve(name);
     return snap ? { templateID: snapshotId(snap), public: false } : undefined;
   }
 
   /** Whether a create's templateID names a snapshot (a template of that name wins). */
-  names(templateId: string): boolean {
-    return !this.o.templates.has(templateId) && this.resolve(templateId) !== undefined;
+  async names(templateId: string): Promise<boolean> {
+    return !this.o.templates.has(templateId) && (await this.resolve(templateId)) !== undefined;
   }
 
   /** Newest first; `name` matches ids and names, a tag only when it carries one. */
-  list(filter: { sandboxId?: string; name?: string } = {}): SnapshotRecord[] {
-    const all = this.o.store.listSnapshots(filter.sandboxId ? { sandboxId: filter.sandboxId } : {});
+  async list(filter: { sandboxId?: string; name?: string } = {}): Promise<SnapshotRecord[]> {
+    const all = await this.o.store.listSnapshots(filter.sandboxId ? { sandboxId: filter.sandboxId } : {});
     if (filter.name === undefined) return all;
     const r = parseRef(filter.name);
     return r ? all.filter((s) => refMatches(s, r, false)) : [];
@@ -132,10 +132,10 @@ export class SnapshotService {
     }
     const { rec, build, kind, sizeBytes } = await this.capture(sandboxId, "", memory);
     // Names are claimed one at a time: two snapshots under one new name share its id.
-    const next = this.naming.then(() => {
+    const next = this.naming.then(async () => {
       const tag = ref?.tag ?? DEFAULT_TAG;
-      const existing = ref ? this.o.store.listSnapshots().find((s) => s.name === ref.base) : undefined;
-      const replaced = existing ? this.o.store.getSnapshot(existing.id, tag) : undefined;
+      const existing = ref ? (await this.o.store.listSnapshots()).find((s) => s.name === ref.base) : undefined;
+      const replaced = existing ? await this.o.store.getSnapshot(existing.id, tag) : undefined;
       const snap: SnapshotRecord = {
         id: existing?.id ?? randomId(20),
         tag,
@@ -152,7 +152,7 @@ export class SnapshotService {
         memoryMB: rec.memoryMB,
         diskSizeMB: rec.diskSizeMB,
       };
-      this.o.store.putSnapshot(snap);
+      await this.o.store.putSnapshot(snap);
       if (replaced) this.removeBuild(replaced.build);
       this.o.log.info({ sandboxId, snapshotId: snapshotId(snap), replaced: replaced?.build }, "snapshot created");
       return snap;
@@ -165,9 +165,9 @@ export class SnapshotService {
   }
 
   /** DELETE /templates/{id}: false when no snapshot answers to the reference. */
-  delete(ref: string): boolean {
-    const snap = this.resolve(ref);
-    if (!snap || !this.o.store.deleteSnapshot(snap.id, snap.tag)) return false;
+  async delete(ref: string): Promise<boolean> {
+    const snap = await this.resolve(ref);
+    if (!snap || !(await this.o.store.deleteSnapshot(snap.id, snap.tag))) return false;
     this.removeBuild(snap.build);
     this.o.log.info({ snapshotId: snapshotId(snap), sandboxId: snap.sandboxId }, "snapshot deleted");
     return true;
@@ -199,7 +199,7 @@ export class SnapshotService {
 
   /** POST /sandboxes with a snapshot's id or name as templateID: a new sandbox on its files. */
   async createSandbox(input: CreateSandboxInput): Promise<SandboxRecord> {
-    const snap = this.resolve(input.templateId);
+    const snap = await this.resolve(input.templateId);
     if (!snap) throw new ControlPlaneError("not_found", `snapshot '${input.templateId}' not found`);
     return this.holding(snap.build, () =>
       // The snapshot's shape unless the create asks for another; its image has its own size.

@@ -1,13 +1,20 @@
-import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import sqlite from "node-sqlite3-wasm";
-import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
+import { LIVE_STATES, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
+import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 
-const SCHEMA = [
+/**
+ * The schema, in versions: a store applies those it has not (schema_migrations
+ * says which), each in one transaction. Version 1 is the schema before
+ * versions were kept: its statements are idempotent, so a data dir from then
+ * takes it as it is. Never edit a version that shipped: add one.
+ */
+const MIGRATIONS: Migration[] = [
+  { version: 1, name: "sandboxes, api keys, settings, snapshots, templates", statements: [
   `CREATE TABLE IF NOT EXISTS sandboxes (
      id TEXT PRIMARY KEY,
      state TEXT NOT NULL,
@@ -65,9 +72,13 @@ const SCHEMA = [
      created_at INTEGER NOT NULL,
      PRIMARY KEY (template_id, tag)
    )`,
+  ] },
+  { version: 2, name: "sandboxes.node: the host a sandbox runs on", statements: [
+    "ALTER TABLE sandboxes ADD COLUMN node TEXT",
+    "CREATE INDEX sandboxes_node ON sandboxes(node, state)",
+  ] },
 ];
 
-const LIVE_STATES = ["creating", "running", "pausing", "paused", "resuming"];
 
 function pidAlive(pid: number): boolean {
   try {
@@ -93,14 +104,6 @@ function claimOwnership(path: string): void {
   writeFileSync(ownerFile, `${process.pid}\n`);
 }
 
-function hashKey(key: string): string {
-  return createHash("sha256").update(key).digest("hex");
-}
-
-function maskKey(key: string): string {
-  return `${key.slice(0, 8)}…${key.slice(-4)}`;
-}
-
 /** The control plane's state in one SQLite file (WebAssembly SQLite: no native build). */
 export class SqliteStore implements Store {
   private readonly db: InstanceType<typeof sqlite.Database>;
@@ -120,7 +123,23 @@ export class SqliteStore implements Store {
     this.db.exec("PRAGMA busy_timeout = 5000");
     this.db.exec("PRAGMA foreign_keys = ON");
     this.db.exec("PRAGMA synchronous = FULL");
-    for (const stmt of SCHEMA) this.db.exec(stmt);
+    this.migrate();
+  }
+
+  private migrate(): void {
+    this.db.exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
+    const applied = new Set((this.db.all("SELECT version FROM schema_migrations") as { version: number }[]).map((r) => Number(r.version)));
+    for (const m of pendingMigrations(MIGRATIONS, applied)) {
+      this.tx(() => {
+        for (const stmt of m.statements) this.db.exec(stmt);
+        this.db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [m.version, m.name, Date.now()]);
+      });
+    }
+  }
+
+  /** The schema versions applied, oldest first (tests, doctor). */
+  async schemaVersions(): Promise<number[]> {
+    return (this.db.all("SELECT version FROM schema_migrations ORDER BY version") as { version: number }[]).map((r) => Number(r.version));
   }
 
   private tx<T>(fn: () => T): T {
@@ -135,13 +154,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  putSandbox(r: SandboxRecord): void {
+  async putSandbox(r: SandboxRecord): Promise<void> {
     this.tx(() => {
       this.db.run(
-        `INSERT INTO sandboxes (id, state, template_id, started_at, end_at, record) VALUES (?, ?, ?, ?, ?, ?)
+        `INSERT INTO sandboxes (id, state, template_id, started_at, end_at, node, record) VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT(id) DO UPDATE SET state = excluded.state, template_id = excluded.template_id,
-           started_at = excluded.started_at, end_at = excluded.end_at, record = excluded.record`,
-        [r.id, r.state, r.templateId, r.startedAt, r.endAt, JSON.stringify(r)],
+           started_at = excluded.started_at, end_at = excluded.end_at, node = excluded.node, record = excluded.record`,
+        [r.id, r.state, r.templateId, r.startedAt, r.endAt, r.node ?? null, JSON.stringify(r)],
       );
       this.db.run("DELETE FROM sandbox_metadata WHERE sandbox_id = ?", [r.id]);
       for (const [k, v] of Object.entries(r.metadata)) {
@@ -150,12 +169,12 @@ export class SqliteStore implements Store {
     });
   }
 
-  getSandbox(id: string): SandboxRecord | undefined {
+  async getSandbox(id: string): Promise<SandboxRecord | undefined> {
     const row = this.db.get("SELECT record FROM sandboxes WHERE id = ?", [id]) as { record: string } | null;
     return row ? (JSON.parse(row.record) as SandboxRecord) : undefined;
   }
 
-  listSandboxes(filter: ListFilter = {}): SandboxRecord[] {
+  async listSandboxes(filter: ListFilter = {}): Promise<SandboxRecord[]> {
     const where: string[] = [];
     const args: (string | number)[] = [];
     const states = filter.states?.length ? filter.states : LIVE_STATES;
@@ -169,6 +188,10 @@ export class SqliteStore implements Store {
       where.push("started_at >= ?");
       args.push(filter.startedAfter);
     }
+    if (filter.node !== undefined) {
+      where.push("node = ?");
+      args.push(filter.node);
+    }
     for (const [k, v] of Object.entries(filter.metadata ?? {})) {
       where.push("EXISTS (SELECT 1 FROM sandbox_metadata m WHERE m.sandbox_id = sandboxes.id AND m.key = ? AND m.value = ?)");
       args.push(k, v);
@@ -179,7 +202,7 @@ export class SqliteStore implements Store {
     return rows.map((r) => JSON.parse(r.record) as SandboxRecord);
   }
 
-  deleteSandbox(id: string): void {
+  async deleteSandbox(id: string): Promise<void> {
     this.db.run("DELETE FROM sandboxes WHERE id = ?", [id]);
   }
 
@@ -193,16 +216,16 @@ export class SqliteStore implements Store {
     };
   }
 
-  createApiKey(name: string): { key: string; info: ApiKeyInfo } {
-    const key = `e2b_${randomBytes(20).toString("hex")}`;
-    return { key, info: this.importApiKey(key, name) };
+  async createApiKey(name: string): Promise<{ key: string; info: ApiKeyInfo }> {
+    const key = newApiKey();
+    return { key, info: await this.importApiKey(key, name) };
   }
 
-  importApiKey(key: string, name: string): ApiKeyInfo {
+  async importApiKey(key: string, name: string): Promise<ApiKeyInfo> {
     const hash = hashKey(key);
     const existing = this.db.get("SELECT * FROM api_keys WHERE hash = ?", [hash]);
     if (existing) return this.keyInfo(existing);
-    const id = `key_${randomBytes(6).toString("hex")}`;
+    const id = newKeyId();
     this.db.run("INSERT INTO api_keys (id, name, hash, mask, created_at) VALUES (?, ?, ?, ?, ?)", [
       id,
       name,
@@ -213,27 +236,27 @@ export class SqliteStore implements Store {
     return this.keyInfo(this.db.get("SELECT * FROM api_keys WHERE id = ?", [id])!);
   }
 
-  verifyApiKey(key: string): ApiKeyInfo | undefined {
+  async verifyApiKey(key: string): Promise<ApiKeyInfo | undefined> {
     // Looking up by the hash compares digests, not the secret itself.
     const row = this.db.get("SELECT * FROM api_keys WHERE hash = ?", [hashKey(key)]);
     if (!row) return undefined;
     const now = Date.now();
-    if (!row.last_used_at || now - Number(row.last_used_at) > 60_000) {
+    if (!row.last_used_at || now - Number(row.last_used_at) > LAST_USED_GRANULARITY_MS) {
       this.db.run("UPDATE api_keys SET last_used_at = ? WHERE id = ?", [now, String(row.id)]);
     }
     return this.keyInfo(row);
   }
 
-  listApiKeys(): ApiKeyInfo[] {
+  async listApiKeys(): Promise<ApiKeyInfo[]> {
     return this.db.all("SELECT * FROM api_keys ORDER BY created_at, id").map((r) => this.keyInfo(r));
   }
 
-  revokeApiKey(idOrKey: string): boolean {
+  async revokeApiKey(idOrKey: string): Promise<boolean> {
     const r = this.db.run("DELETE FROM api_keys WHERE id = ? OR hash = ?", [idOrKey, hashKey(idOrKey)]);
     return r.changes > 0;
   }
 
-  putSnapshot(r: SnapshotRecord): void {
+  async putSnapshot(r: SnapshotRecord): Promise<void> {
     this.db.run(
       `INSERT INTO snapshots (id, tag, name, sandbox_id, created_at, record) VALUES (?, ?, ?, ?, ?, ?)
        ON CONFLICT(id, tag) DO UPDATE SET name = excluded.name, sandbox_id = excluded.sandbox_id,
@@ -242,12 +265,12 @@ export class SqliteStore implements Store {
     );
   }
 
-  getSnapshot(id: string, tag: string): SnapshotRecord | undefined {
+  async getSnapshot(id: string, tag: string): Promise<SnapshotRecord | undefined> {
     const row = this.db.get("SELECT record FROM snapshots WHERE id = ? AND tag = ?", [id, tag]) as { record: string } | null;
     return row ? (JSON.parse(row.record) as SnapshotRecord) : undefined;
   }
 
-  listSnapshots(filter: SnapshotFilter = {}): SnapshotRecord[] {
+  async listSnapshots(filter: SnapshotFilter = {}): Promise<SnapshotRecord[]> {
     const where = filter.sandboxId ? "WHERE sandbox_id = ?" : "";
     const rows = this.db.all(`SELECT record FROM snapshots ${where} ORDER BY created_at DESC, id DESC, tag DESC`, filter.sandboxId ? [filter.sandboxId] : []) as {
       record: string;
@@ -255,11 +278,11 @@ export class SqliteStore implements Store {
     return rows.map((r) => JSON.parse(r.record) as SnapshotRecord);
   }
 
-  deleteSnapshot(id: string, tag: string): boolean {
+  async deleteSnapshot(id: string, tag: string): Promise<boolean> {
     return this.db.run("DELETE FROM snapshots WHERE id = ? AND tag = ?", [id, tag]).changes > 0;
   }
 
-  putTemplate(r: TemplateRecord): void {
+  async putTemplate(r: TemplateRecord): Promise<void> {
     this.tx(() => {
       this.db.run(
         `INSERT INTO templates (id, created_at, record) VALUES (?, ?, ?)
@@ -271,21 +294,21 @@ export class SqliteStore implements Store {
     });
   }
 
-  getTemplate(id: string): TemplateRecord | undefined {
+  async getTemplate(id: string): Promise<TemplateRecord | undefined> {
     const row = this.db.get("SELECT record FROM templates WHERE id = ?", [id]) as { record: string } | null;
     return row ? (JSON.parse(row.record) as TemplateRecord) : undefined;
   }
 
-  templateByName(name: string): TemplateRecord | undefined {
+  async templateByName(name: string): Promise<TemplateRecord | undefined> {
     const row = this.db.get("SELECT t.record FROM template_names n JOIN templates t ON t.id = n.template_id WHERE n.name = ?", [name]) as { record: string } | null;
     return row ? (JSON.parse(row.record) as TemplateRecord) : undefined;
   }
 
-  listTemplates(): TemplateRecord[] {
+  async listTemplates(): Promise<TemplateRecord[]> {
     return (this.db.all("SELECT record FROM templates ORDER BY created_at, id") as { record: string }[]).map((r) => JSON.parse(r.record) as TemplateRecord);
   }
 
-  deleteTemplate(id: string): boolean {
+  async deleteTemplate(id: string): Promise<boolean> {
     return this.tx(() => {
       this.db.run("DELETE FROM template_tags WHERE template_id = ?", [id]);
       this.db.run("DELETE FROM template_builds WHERE template_id = ?", [id]);
@@ -294,7 +317,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  putTemplateBuild(r: TemplateBuildRecord): void {
+  async putTemplateBuild(r: TemplateBuildRecord): Promise<void> {
     this.db.run(
       `INSERT INTO template_builds (id, template_id, created_at, record) VALUES (?, ?, ?, ?)
        ON CONFLICT(id) DO UPDATE SET record = excluded.record`,
@@ -302,23 +325,23 @@ export class SqliteStore implements Store {
     );
   }
 
-  getTemplateBuild(id: string): TemplateBuildRecord | undefined {
+  async getTemplateBuild(id: string): Promise<TemplateBuildRecord | undefined> {
     const row = this.db.get("SELECT record FROM template_builds WHERE id = ?", [id]) as { record: string } | null;
     return row ? (JSON.parse(row.record) as TemplateBuildRecord) : undefined;
   }
 
-  listTemplateBuilds(templateId?: string): TemplateBuildRecord[] {
+  async listTemplateBuilds(templateId?: string): Promise<TemplateBuildRecord[]> {
     const rows = (templateId
       ? this.db.all("SELECT record FROM template_builds WHERE template_id = ? ORDER BY created_at DESC, id DESC", [templateId])
       : this.db.all("SELECT record FROM template_builds ORDER BY created_at DESC, id DESC")) as { record: string }[];
     return rows.map((r) => JSON.parse(r.record) as TemplateBuildRecord);
   }
 
-  deleteTemplateBuild(id: string): void {
+  async deleteTemplateBuild(id: string): Promise<void> {
     this.db.run("DELETE FROM template_builds WHERE id = ?", [id]);
   }
 
-  putTemplateTag(r: TemplateTagRecord): void {
+  async putTemplateTag(r: TemplateTagRecord): Promise<void> {
     this.db.run(
       `INSERT INTO template_tags (template_id, tag, build_id, created_at) VALUES (?, ?, ?, ?)
        ON CONFLICT(template_id, tag) DO UPDATE SET build_id = excluded.build_id, created_at = excluded.created_at`,
@@ -330,29 +353,34 @@ export class SqliteStore implements Store {
     return { templateId: String(row.template_id), tag: String(row.tag), buildId: String(row.build_id), createdAt: Number(row.created_at) };
   }
 
-  getTemplateTag(templateId: string, tag: string): TemplateTagRecord | undefined {
+  async getTemplateTag(templateId: string, tag: string): Promise<TemplateTagRecord | undefined> {
     const row = this.db.get("SELECT * FROM template_tags WHERE template_id = ? AND tag = ?", [templateId, tag]);
     return row ? this.tagOf(row) : undefined;
   }
 
-  listTemplateTags(templateId: string): TemplateTagRecord[] {
+  async listTemplateTags(templateId: string): Promise<TemplateTagRecord[]> {
     return this.db.all("SELECT * FROM template_tags WHERE template_id = ? ORDER BY created_at, tag", [templateId]).map((r) => this.tagOf(r));
   }
 
-  deleteTemplateTag(templateId: string, tag: string): boolean {
+  async deleteTemplateTag(templateId: string, tag: string): Promise<boolean> {
     return this.db.run("DELETE FROM template_tags WHERE template_id = ? AND tag = ?", [templateId, tag]).changes > 0;
   }
 
-  getSetting(key: string): string | undefined {
+  async getSetting(key: string): Promise<string | undefined> {
     const row = this.db.get("SELECT value FROM settings WHERE key = ?", [key]) as { value: string } | null;
     return row?.value;
   }
 
-  setSetting(key: string, value: string): void {
+  async setSetting(key: string, value: string): Promise<void> {
     this.db.run("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", [key, value]);
   }
 
-  close(): void {
+  async initSetting(key: string, value: string): Promise<string> {
+    this.db.run("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", [key, value]);
+    return (await this.getSetting(key))!;
+  }
+
+  async close(): Promise<void> {
     if (this.db.isOpen) this.db.close();
   }
 }

@@ -12,60 +12,65 @@ export interface ApiKeyInfo {
 }
 
 /**
- * Durable control-plane state in SQLite under the data dir: sandboxes (with
- * metadata), API keys (hashes only), snapshots, and templates with their
- * builds and tags. Every write is committed
- * before the call returns, so a crash loses nothing that was acknowledged.
+ * Durable control-plane state: sandboxes (with metadata), API keys (hashes
+ * only), snapshots, and templates with their builds and tags. SqliteStore
+ * keeps it in a file under the data dir (one box); PgStore in Postgres (a
+ * fleet). Every write is committed before its promise resolves, so a crash
+ * loses nothing that was acknowledged.
  */
 export interface Store {
-  putSandbox(record: SandboxRecord): void;
-  getSandbox(id: string): SandboxRecord | undefined;
+  putSandbox(record: SandboxRecord): Promise<void>;
+  getSandbox(id: string): Promise<SandboxRecord | undefined>;
   /** Sorted by startedAt ascending (then id). */
-  listSandboxes(filter?: ListFilter): SandboxRecord[];
-  deleteSandbox(id: string): void;
+  listSandboxes(filter?: ListFilter): Promise<SandboxRecord[]>;
+  deleteSandbox(id: string): Promise<void>;
 
   /** Creates `e2b_` + 40 hex, stores its hash, returns the key itself (shown once). */
-  createApiKey(name: string): { key: string; info: ApiKeyInfo };
+  createApiKey(name: string): Promise<{ key: string; info: ApiKeyInfo }>;
   /** Stores the hash of a key given from outside (LOCALE2B_API_KEY); idempotent. */
-  importApiKey(key: string, name: string): ApiKeyInfo;
+  importApiKey(key: string, name: string): Promise<ApiKeyInfo>;
   /** The key's info when it is valid (constant-time hash lookup), else undefined. */
-  verifyApiKey(key: string): ApiKeyInfo | undefined;
-  listApiKeys(): ApiKeyInfo[];
+  verifyApiKey(key: string): Promise<ApiKeyInfo | undefined>;
+  listApiKeys(): Promise<ApiKeyInfo[]>;
   /** Revokes by id or by the full key; false when nothing matched. */
-  revokeApiKey(idOrKey: string): boolean;
+  revokeApiKey(idOrKey: string): Promise<boolean>;
 
   /** Inserts or replaces the snapshot (id, tag). */
-  putSnapshot(record: SnapshotRecord): void;
-  getSnapshot(id: string, tag: string): SnapshotRecord | undefined;
+  putSnapshot(record: SnapshotRecord): Promise<void>;
+  getSnapshot(id: string, tag: string): Promise<SnapshotRecord | undefined>;
   /** Newest first (createdAt, then id and tag descending). */
-  listSnapshots(filter?: SnapshotFilter): SnapshotRecord[];
-  deleteSnapshot(id: string, tag: string): boolean;
+  listSnapshots(filter?: SnapshotFilter): Promise<SnapshotRecord[]>;
+  deleteSnapshot(id: string, tag: string): Promise<boolean>;
 
   /** Inserts or replaces a template; its names must not belong to another template (the caller checks). */
-  putTemplate(record: TemplateRecord): void;
-  getTemplate(id: string): TemplateRecord | undefined;
+  putTemplate(record: TemplateRecord): Promise<void>;
+  getTemplate(id: string): Promise<TemplateRecord | undefined>;
   /** The template one of whose names is `name`. */
-  templateByName(name: string): TemplateRecord | undefined;
+  templateByName(name: string): Promise<TemplateRecord | undefined>;
   /** Oldest first. */
-  listTemplates(): TemplateRecord[];
+  listTemplates(): Promise<TemplateRecord[]>;
   /** The template, its names, builds and tags; false when there was none. */
-  deleteTemplate(id: string): boolean;
+  deleteTemplate(id: string): Promise<boolean>;
 
-  putTemplateBuild(record: TemplateBuildRecord): void;
-  getTemplateBuild(id: string): TemplateBuildRecord | undefined;
+  putTemplateBuild(record: TemplateBuildRecord): Promise<void>;
+  getTemplateBuild(id: string): Promise<TemplateBuildRecord | undefined>;
   /** Newest first; every template's when `templateId` is absent. */
-  listTemplateBuilds(templateId?: string): TemplateBuildRecord[];
-  deleteTemplateBuild(id: string): void;
+  listTemplateBuilds(templateId?: string): Promise<TemplateBuildRecord[]>;
+  deleteTemplateBuild(id: string): Promise<void>;
 
   /** Points a template's tag at a build (replacing where it pointed). */
-  putTemplateTag(record: TemplateTagRecord): void;
-  getTemplateTag(templateId: string, tag: string): TemplateTagRecord | undefined;
-  listTemplateTags(templateId: string): TemplateTagRecord[];
-  deleteTemplateTag(templateId: string, tag: string): boolean;
+  putTemplateTag(record: TemplateTagRecord): Promise<void>;
+  getTemplateTag(templateId: string, tag: string): Promise<TemplateTagRecord | undefined>;
+  listTemplateTags(templateId: string): Promise<TemplateTagRecord[]>;
+  deleteTemplateTag(templateId: string, tag: string): Promise<boolean>;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
-  getSetting(key: string): string | undefined;
-  setSetting(key: string, value: string): void;
+  getSetting(key: string): Promise<string | undefined>;
+  setSetting(key: string, value: string): Promise<void>;
+  /** Stores `value` unless the key has one; resolves to the value the key holds (servers starting together agree). */
+  initSetting(key: string, value: string): Promise<string>;
+  /** The schema versions applied, oldest first. */
+  schemaVersions(): Promise<number[]>;
 
-  close(): void;
+  close(): Promise<void>;
 }

@@ -51,7 +51,7 @@ export interface BuilderDeps {
   files: TemplateFiles;
   cache: StepCache;
   /** What a template reference boots (fromTemplate), without counting a spawn. */
-  baseOf(ref: string): SandboxBoot | undefined;
+  baseOf(ref: string): Promise<SandboxBoot | undefined>;
   /** Pulls `ref` and makes it a runnable image (fromImage). */
   pull(ref: string, auth: RegistryAuth | undefined, signal: AbortSignal, say: (message: string) => void): Promise<PulledBase>;
   /** The disk a build sandbox gets (sparse: only what it writes takes space). */
@@ -144,7 +144,7 @@ export class TemplateBuilder {
       return { boot: pulled.boot, key: `image:${pulled.key}` };
     }
     const ref = spec.fromTemplate ?? "base";
-    const boot = this.d.baseOf(ref);
+    const boot = await this.d.baseOf(ref);
     if (!boot) throw new BuildFailure(`base template '${ref}' has no ready build`, "base");
     const img = findTemplateImage(boot.image, this.d.imagesDir);
     if (!img) throw new BuildFailure(`base template '${ref}' has no image on this host`, "base");

@@ -127,7 +127,7 @@ const BASE_IMAGE_IDLE_MS = 7 * 24 * 3600_000;
  * longer has (`known`), and pulled base images unused for a week. Images of
  * another live server (its data dir is there) are never touched.
  */
-export async function removeOrphanImages(imagesDir: string, dataDir: string, known: (buildId: string) => boolean, log?: (line: string) => void): Promise<string[]> {
+export async function removeOrphanImages(imagesDir: string, dataDir: string, known: (buildId: string) => boolean | Promise<boolean>, log?: (line: string) => void): Promise<string[]> {
   const templates = join(imagesDir, "templates");
   const removed: string[] = [];
   for (const n of await readdir(templates).catch(() => [] as string[])) {
@@ -150,7 +150,7 @@ export async function removeOrphanImages(imagesDir: string, dataDir: string, kno
       ? Date.now() - builtAt > BASE_IMAGE_IDLE_MS
       : owner === undefined
         ? Date.now() - builtAt > 3600_000 // made before images named their server: left an hour to whoever may use it
-        : !existsSync(join(owner, "locale2b.db")) || (owner === dataDir && buildId !== undefined && !known(buildId));
+        : !existsSync(join(owner, "locale2b.db")) || (owner === dataDir && buildId !== undefined && !(await known(buildId)));
     if (!orphan) continue;
     await removeImage(imagesDir, key);
     removed.push(key);

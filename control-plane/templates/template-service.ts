@@ -12,6 +12,7 @@ import { buildingInBackground } from "../images/first-use.js";
 import { findTemplateImage } from "../images/layout.js";
 import type { ResolvedTemplate, TemplateResolver } from "../manager/options.js";
 import type { Store } from "../store/store.js";
+import { KeyedLock } from "../manager/locks.js";
 import { BuildLog, levelAtLeast } from "./build-log.js";
 import { builtInBuildId, DEFAULT_TAG, isTemplateId, newBuildId, newTemplateId, parseTemplateRef, printable, tagProblem, type TemplateRef } from "./names.js";
 import { checkBuildSpec } from "./steps.js";
@@ -59,9 +60,9 @@ export interface TemplateServiceOptions {
   dataDir: string;
   defaults: TemplateDefaults;
   /** Whether a snapshot answers to this name (snapshots and templates share E2B's names). */
-  snapshotNamed?: (name: string) => boolean;
+  snapshotNamed?: (name: string) => Promise<boolean>;
   /** Whether a live sandbox or a snapshot boots this image (a template in use is not deleted). */
-  imageInUse?: (image: string) => string | undefined;
+  imageInUse?: (image: string) => Promise<string | undefined>;
   /** Removes a build's image from the image cache. */
   removeImage?: (image: string) => Promise<void>;
   /** Removes images whose template is gone (image-output.ts removeOrphanImages). */
@@ -72,6 +73,7 @@ export interface TemplateServiceOptions {
 export class TemplateService implements TemplateResolver {
   private runner: BuildRunner | undefined;
   private readonly openLogs = new Map<string, BuildLog>();
+  private readonly lock = new KeyedLock();
 
   constructor(private readonly o: TemplateServiceOptions) {}
 
@@ -84,10 +86,10 @@ export class TemplateService implements TemplateResolver {
    * A restarted server: builds that were under way when it stopped are failed
    * (their sandbox went with it); images of templates that are gone go.
    */
-  start(): void {
-    for (const b of this.o.store.listTemplateBuilds()) {
+  async start(): Promise<void> {
+    for (const b of await this.o.store.listTemplateBuilds()) {
       if (b.status === "building" || (b.status === "waiting" && b.spec)) {
-        this.finish(b, "error", { message: "the build was interrupted by a restart of the server: build again" });
+        await this.finish(b, "error", { message: "the build was interrupted by a restart of the server: build again" });
       }
     }
     void this.o.removeOrphans?.().catch((err: unknown) => this.o.log.warn({ err }, "removing images of gone templates failed"));
@@ -96,8 +98,8 @@ export class TemplateService implements TemplateResolver {
   // --- names and resolution -------------------------------------------------
 
   /** The template a reference names (id or name; namespace ignored), built-ins included. */
-  private find(ref: TemplateRef): TemplateRecord | undefined {
-    return this.builtIn(ref.base) ?? this.o.store.templateByName(ref.base) ?? (isTemplateId(ref.base) ? this.o.store.getTemplate(ref.base) : undefined);
+  private async find(ref: TemplateRef): Promise<TemplateRecord | undefined> {
+    return this.builtIn(ref.base) ?? (await this.o.store.templateByName(ref.base)) ?? (isTemplateId(ref.base) ? await this.o.store.getTemplate(ref.base) : undefined);
   }
 
   private parse(raw: string): TemplateRef {
@@ -107,54 +109,54 @@ export class TemplateService implements TemplateResolver {
   }
 
   /** A template by reference, or not_found. */
-  get(raw: string): TemplateView {
+  async get(raw: string): Promise<TemplateView> {
     const ref = this.parse(raw);
-    const t = this.find(ref);
+    const t = await this.find(ref);
     if (!t) throw new ControlPlaneError("not_found", `template '${printable(raw)}' not found`);
     return this.view(t);
   }
 
-  private view(t: TemplateRecord): TemplateView {
+  private async view(t: TemplateRecord): Promise<TemplateView> {
     if (t.builtIn) {
       const build = this.builtInBuild(t);
       return { template: t, builds: build ? [build] : [], tags: build ? [{ templateId: t.id, tag: DEFAULT_TAG, buildId: build.id, createdAt: build.createdAt }] : [] };
     }
-    return { template: t, builds: this.o.store.listTemplateBuilds(t.id), tags: this.o.store.listTemplateTags(t.id) };
+    return { template: t, builds: await this.o.store.listTemplateBuilds(t.id), tags: await this.o.store.listTemplateTags(t.id) };
   }
 
   /** Every template: the built-in ones first, then those built through the API, oldest first. */
-  list(): TemplateView[] {
+  async list(): Promise<TemplateView[]> {
     const builtIn = this.o.catalog.names().map((n) => this.builtIn(n)!).filter(Boolean);
-    return [...builtIn, ...this.o.store.listTemplates()].map((t) => this.view(t));
+    return Promise.all([...builtIn, ...(await this.o.store.listTemplates())].map((t) => this.view(t)));
   }
 
   /** GET /templates/aliases/{alias}: E2B's Template.exists. */
-  alias(raw: string): { templateID: string; public: boolean } | undefined {
+  async alias(raw: string): Promise<{ templateID: string; public: boolean } | undefined> {
     const r = parseTemplateRef(raw);
     if ("problem" in r) return undefined;
-    const t = this.find(r);
+    const t = await this.find(r);
     return t ? { templateID: t.id, public: t.public } : undefined;
   }
 
-  resolve(raw: string): ResolvedTemplate | undefined {
+  async resolve(raw: string): Promise<ResolvedTemplate | undefined> {
     const r = parseTemplateRef(raw);
     if ("problem" in r) return undefined;
-    const t = this.find(r);
+    const t = await this.find(r);
     if (!t) return undefined;
-    const build = this.taggedBuild(t, r.tag ?? DEFAULT_TAG);
+    const build = await this.taggedBuild(t, r.tag ?? DEFAULT_TAG);
     if (!build?.result) return undefined;
     const { rootfsBytes: _size, ...boot } = build.result;
-    if (!t.builtIn) this.o.store.putTemplate({ ...t, spawnCount: t.spawnCount + 1, lastSpawnedAt: Date.now() });
+    if (!t.builtIn) await this.countSpawn(t.id);
     const alias = t.names.includes(r.base) ? r.base : t.names[0];
     return { templateId: t.id, ...(alias ? { alias } : {}), boot, cpuCount: t.cpuCount, memoryMB: t.memoryMB };
   }
 
   /** What a template reference boots (a build's base), without counting a spawn. */
-  baseOf(raw: string): SandboxBoot | undefined {
+  async baseOf(raw: string): Promise<SandboxBoot | undefined> {
     const r = parseTemplateRef(raw);
     if ("problem" in r) return undefined;
-    const t = this.find(r);
-    const result = t ? this.taggedBuild(t, r.tag ?? DEFAULT_TAG)?.result : undefined;
+    const t = await this.find(r);
+    const result = t ? (await this.taggedBuild(t, r.tag ?? DEFAULT_TAG))?.result : undefined;
     if (!result) return undefined;
     const { rootfsBytes: _size, ...boot } = result;
     return boot;
@@ -166,14 +168,27 @@ export class TemplateService implements TemplateResolver {
     return `template '${raw}' is being built for its first use on this server (started ${Math.round((Date.now() - started) / 1000)} s ago; it takes a few minutes, once): try again shortly`;
   }
 
-  names(): string[] {
-    return [...new Set([...this.o.catalog.names(), ...this.o.store.listTemplates().flatMap((t) => t.names)])].sort();
+  async names(): Promise<string[]> {
+    return [...new Set([...this.o.catalog.names(), ...(await this.o.store.listTemplates()).flatMap((t) => t.names)])].sort();
+  }
+
+  /** A create from the template: its spawn count and last spawn (read afresh under the lock: creates run in parallel). */
+  private countSpawn(id: string): Promise<void> {
+    return this.exclusive(async () => {
+      const t = await this.o.store.getTemplate(id);
+      if (t) await this.o.store.putTemplate({ ...t, spawnCount: t.spawnCount + 1, lastSpawnedAt: Date.now() });
+    });
+  }
+
+  /** Changes to templates, one at a time: each reads, checks and writes several records. */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.lock.run("templates", fn);
   }
 
   /** The build a tag of a template points at. */
-  private taggedBuild(t: TemplateRecord, tag: string): TemplateBuildRecord | undefined {
+  private async taggedBuild(t: TemplateRecord, tag: string): Promise<TemplateBuildRecord | undefined> {
     if (t.builtIn) return tag === DEFAULT_TAG ? this.builtInBuild(t) : undefined;
-    const rec = this.o.store.getTemplateTag(t.id, tag);
+    const rec = await this.o.store.getTemplateTag(t.id, tag);
     return rec ? this.o.store.getTemplateBuild(rec.buildId) : undefined;
   }
 
@@ -218,12 +233,16 @@ export class TemplateService implements TemplateResolver {
    * POST /v3/templates (and /v2): a template (new, or the one of that name)
    * and a build waiting for its start. `name` may carry a tag (`name:tag`).
    */
-  requestBuild(input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): { template: TemplateRecord; build: TemplateBuildRecord; tags: string[] } {
+  requestBuild(input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): Promise<{ template: TemplateRecord; build: TemplateBuildRecord; tags: string[] }> {
+    return this.exclusive(() => this.requestBuildLocked(input));
+  }
+
+  private async requestBuildLocked(input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): Promise<{ template: TemplateRecord; build: TemplateBuildRecord; tags: string[] }> {
     const ref = this.parse(input.name);
     if (ref.base.startsWith("@") || this.o.catalog.has(ref.base)) {
       throw new ControlPlaneError("invalid", `template '${ref.base}' is built on the server from rootfs/templates/${ref.base}.yaml: build your own on top of it (Template().fromTemplate('${ref.base}')) under another name`);
     }
-    if (this.o.snapshotNamed?.(ref.base)) throw new ControlPlaneError("invalid", `a snapshot is named '${ref.base}': templates and snapshots share names, choose another`);
+    if (await this.o.snapshotNamed?.(ref.base)) throw new ControlPlaneError("invalid", `a snapshot is named '${ref.base}': templates and snapshots share names, choose another`);
     const tags = [...new Set([...(ref.tag !== undefined ? [ref.tag] : []), ...(input.tags ?? [])])];
     for (const tag of tags) {
       const problem = tagProblem(tag);
@@ -231,13 +250,13 @@ export class TemplateService implements TemplateResolver {
     }
     if (tags.length === 0) tags.push(DEFAULT_TAG);
     const now = Date.now();
-    const existing = this.o.store.templateByName(ref.base) ?? (isTemplateId(ref.base) ? this.o.store.getTemplate(ref.base) : undefined);
-    for (const b of existing ? this.o.store.listTemplateBuilds(existing.id) : []) {
+    const existing = (await this.o.store.templateByName(ref.base)) ?? (isTemplateId(ref.base) ? await this.o.store.getTemplate(ref.base) : undefined);
+    for (const b of existing ? await this.o.store.listTemplateBuilds(existing.id) : []) {
       if (b.status === "building" || (b.status === "waiting" && b.spec)) {
         throw new ControlPlaneError("conflict", `template '${ref.base}' has a build under way (${b.id}): wait for it to finish, or delete the template to stop it`);
       }
       // Requested and never started: the new request replaces it.
-      if (b.status === "waiting") this.finish(b, "error", { message: "replaced by a newer build request before it was started" });
+      if (b.status === "waiting") await this.finish(b, "error", { message: "replaced by a newer build request before it was started" });
     }
     const cpuCount = input.cpuCount ?? existing?.cpuCount ?? this.o.defaults.cpuCount;
     const memoryMB = input.memoryMB ?? existing?.memoryMB ?? this.o.defaults.memoryMB;
@@ -267,65 +286,72 @@ export class TemplateService implements TemplateResolver {
       createdAt: now,
       updatedAt: now,
     };
-    this.o.store.putTemplate(template);
-    this.o.store.putTemplateBuild(build);
+    await this.o.store.putTemplate(template);
+    await this.o.store.putTemplateBuild(build);
     this.o.log.info({ templateId: template.id, buildId: build.id, name: ref.base, tags }, "template build requested");
     return { template, build, tags };
   }
 
   /** A build of a template (by reference), or not_found. */
-  build(templateRef: string, buildId: string): { template: TemplateRecord; build: TemplateBuildRecord } {
-    const view = this.get(templateRef);
+  async build(templateRef: string, buildId: string): Promise<{ template: TemplateRecord; build: TemplateBuildRecord }> {
+    const view = await this.get(templateRef);
     const build = view.builds.find((b) => b.id === buildId);
     if (!build) throw new ControlPlaneError("not_found", `build '${printable(buildId)}' of template '${printable(templateRef)}' not found`);
     return { template: view.template, build };
   }
 
   /** POST /v2/templates/{id}/builds/{buildID}: checks the spec and queues the build. */
-  startBuild(templateRef: string, buildId: string, start: BuildStart): void {
-    const { template, build } = this.build(templateRef, buildId);
+  startBuild(templateRef: string, buildId: string, start: BuildStart): Promise<void> {
+    return this.exclusive(() => this.startBuildLocked(templateRef, buildId, start));
+  }
+
+  private async startBuildLocked(templateRef: string, buildId: string, start: BuildStart): Promise<void> {
+    const { template, build } = await this.build(templateRef, buildId);
     if (template.builtIn) throw new ControlPlaneError("invalid", `template '${template.id}' is built on the server; it takes no builds through the API`);
     if (build.status !== "waiting" || build.spec) throw new ControlPlaneError("conflict", `build ${build.id} was already started (it is ${build.status}): request a new build`);
-    checkBuildSpec(start.spec, { fileKnown: (hash) => this.o.files.path(hash) !== undefined, fromTemplate: (ref) => this.checkBase(ref, template) });
+    const fromTemplate = start.spec.fromTemplate !== undefined ? await this.checkBase(start.spec.fromTemplate, template) : undefined;
+    checkBuildSpec(start.spec, { fileKnown: (hash) => this.o.files.path(hash) !== undefined, fromTemplate: () => fromTemplate });
     if (!this.runner) throw new ControlPlaneError("unavailable", "template builds are not available on this server");
-    const queued = this.o.store.getTemplateBuild(build.id)!;
-    const next = { ...queued, spec: start.spec, updatedAt: Date.now() };
-    this.o.store.putTemplateBuild(next);
-    const log = this.logOf(build.id);
+    const next = { ...build, spec: start.spec, updatedAt: Date.now() };
+    await this.o.store.putTemplateBuild(next);
+    const log = this.logOf(next);
     log.add({ timestamp: Date.now(), level: "info", message: `build ${build.id} of template ${template.id} queued` });
     this.runner.enqueue(next, start, log);
   }
 
   /** Why `fromTemplate` cannot be built on, or undefined. */
-  private checkBase(raw: string, building: TemplateRecord): string | undefined {
+  private async checkBase(raw: string, building: TemplateRecord): Promise<string | undefined> {
     const r = parseTemplateRef(raw);
     if ("problem" in r) return r.problem;
-    const t = this.find(r);
+    const t = await this.find(r);
     if (!t) return `base template '${printable(raw)}' not found`;
     if (t.id === building.id) return `a template cannot be built from itself ('${printable(raw)}')`;
-    if (!this.taggedBuild(t, r.tag ?? DEFAULT_TAG)?.result) return `base template '${printable(raw)}' has no ready build${r.tag ? ` tagged '${r.tag}'` : ""}`;
+    if (!(await this.taggedBuild(t, r.tag ?? DEFAULT_TAG))?.result) return `base template '${printable(raw)}' has no ready build${r.tag ? ` tagged '${r.tag}'` : ""}`;
     return undefined;
   }
 
   /** Updates a build as it runs (the runner calls it), and on `ready` points its tags at it. */
-  update(buildId: string, change: Partial<Pick<TemplateBuildRecord, "status" | "reason" | "result">>): TemplateBuildRecord | undefined {
-    const b = this.o.store.getTemplateBuild(buildId);
-    if (!b) return undefined;
-    if (change.status === "ready" || change.status === "error") return this.finish(b, change.status, change.reason, change.result);
-    const next = { ...b, ...change, updatedAt: Date.now() };
-    this.o.store.putTemplateBuild(next);
-    return next;
+  update(buildId: string, change: Partial<Pick<TemplateBuildRecord, "status" | "reason" | "result">>): Promise<TemplateBuildRecord | undefined> {
+    return this.exclusive(async () => {
+      const b = await this.o.store.getTemplateBuild(buildId);
+      if (!b) return undefined;
+      if (change.status === "ready" || change.status === "error") return this.finish(b, change.status, change.reason, change.result);
+      const next = { ...b, ...change, updatedAt: Date.now() };
+      await this.o.store.putTemplateBuild(next);
+      return next;
+    });
   }
 
-  private finish(b: TemplateBuildRecord, status: "ready" | "error", reason?: TemplateBuildRecord["reason"], result?: TemplateBuildRecord["result"]): TemplateBuildRecord {
+  private async finish(b: TemplateBuildRecord, status: "ready" | "error", reason?: TemplateBuildRecord["reason"], result?: TemplateBuildRecord["result"]): Promise<TemplateBuildRecord> {
     const now = Date.now();
     const next: TemplateBuildRecord = { ...b, status, updatedAt: now, finishedAt: now, ...(reason ? { reason } : {}), ...(result ? { result } : {}) };
-    this.o.store.putTemplateBuild(next);
+    await this.o.store.putTemplateBuild(next);
     if (status === "ready") {
-      for (const tag of b.tags) this.o.store.putTemplateTag({ templateId: b.templateId, tag, buildId: b.id, createdAt: now });
-      const t = this.o.store.getTemplate(b.templateId);
-      if (t) this.o.store.putTemplate({ ...t, cpuCount: b.cpuCount, memoryMB: b.memoryMB, updatedAt: now });
-      void this.pruneImages(b.templateId);
+      for (const tag of b.tags) await this.o.store.putTemplateTag({ templateId: b.templateId, tag, buildId: b.id, createdAt: now });
+      const t = await this.o.store.getTemplate(b.templateId);
+      if (t) await this.o.store.putTemplate({ ...t, cpuCount: b.cpuCount, memoryMB: b.memoryMB, updatedAt: now });
+      // After the lock is let go: the pruning's own writes take it.
+      setImmediate(() => void this.pruneImages(b.templateId).catch((err: unknown) => this.o.log.warn({ err, templateId: b.templateId }, "pruning untagged images failed")));
     }
     const log = this.openLogs.get(b.id);
     if (log) {
@@ -343,12 +369,15 @@ export class TemplateService implements TemplateResolver {
    * as history.
    */
   private async pruneImages(templateId: string): Promise<void> {
-    const tagged = new Set(this.o.store.listTemplateTags(templateId).map((t) => t.buildId));
-    for (const b of this.o.store.listTemplateBuilds(templateId)) {
-      if (!b.result || tagged.has(b.id) || b.imageRemoved || this.o.imageInUse?.(b.result.image)) continue;
+    const tagged = new Set((await this.o.store.listTemplateTags(templateId)).map((t) => t.buildId));
+    for (const b of await this.o.store.listTemplateBuilds(templateId)) {
+      if (!b.result || tagged.has(b.id) || b.imageRemoved || (await this.o.imageInUse?.(b.result.image))) continue;
       try {
         await this.o.removeImage?.(b.result.image);
-        this.o.store.putTemplateBuild({ ...b, imageRemoved: true });
+        await this.exclusive(async () => {
+          const cur = await this.o.store.getTemplateBuild(b.id);
+          if (cur) await this.o.store.putTemplateBuild({ ...cur, imageRemoved: true });
+        });
         this.o.log.info({ templateId, buildId: b.id, image: b.result.image }, "removed the image of a build no tag points at");
       } catch (err) {
         this.o.log.warn({ err, image: b.result.image }, "removing an untagged build's image failed");
@@ -357,29 +386,29 @@ export class TemplateService implements TemplateResolver {
   }
 
   /** A build's log (in memory while the build runs). */
-  logOf(buildId: string): BuildLog {
-    let log = this.openLogs.get(buildId);
+  /** A build's log (in memory while the build runs): `build` is its record as just read. */
+  logOf(build: Pick<TemplateBuildRecord, "id" | "status">): BuildLog {
+    let log = this.openLogs.get(build.id);
     if (!log) {
-      log = new BuildLog(`${this.o.dataDir}/template-builds/${buildId}.jsonl`);
-      const b = this.o.store.getTemplateBuild(buildId);
-      if (b && (b.status === "waiting" || b.status === "building")) this.openLogs.set(buildId, log);
+      log = new BuildLog(`${this.o.dataDir}/template-builds/${build.id}.jsonl`);
+      if (build.status === "waiting" || build.status === "building") this.openLogs.set(build.id, log);
     }
     return log;
   }
 
   /** GET .../status: the build and its log entries from `offset` (at most `limit`, at least `level`). */
-  status(templateRef: string, buildId: string, o: { offset: number; limit: number; level?: BuildLogEntry["level"] }): { build: TemplateBuildRecord; entries: BuildLogEntry[]; reasonEntries: BuildLogEntry[] } {
-    const { build } = this.build(templateRef, buildId);
-    const all = this.logOf(build.id).all();
+  async status(templateRef: string, buildId: string, o: { offset: number; limit: number; level?: BuildLogEntry["level"] }): Promise<{ build: TemplateBuildRecord; entries: BuildLogEntry[]; reasonEntries: BuildLogEntry[] }> {
+    const { build } = await this.build(templateRef, buildId);
+    const all = this.logOf(build).all();
     const entries = all.slice(o.offset).filter((e) => levelAtLeast(e, o.level)).slice(0, o.limit);
     const reasonEntries = build.status === "error" ? all.filter((e) => e.level !== "debug" && (build.reason?.step === undefined || e.step === build.reason.step)).slice(-20) : [];
     return { build, entries, reasonEntries };
   }
 
   /** GET .../logs: entries from a timestamp cursor, forward or backward. */
-  logs(templateRef: string, buildId: string, o: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: BuildLogEntry["level"] }): BuildLogEntry[] {
-    const { build } = this.build(templateRef, buildId);
-    const all = this.logOf(build.id).all().filter((e) => levelAtLeast(e, o.level));
+  async logs(templateRef: string, buildId: string, o: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: BuildLogEntry["level"] }): Promise<BuildLogEntry[]> {
+    const { build } = await this.build(templateRef, buildId);
+    const all = this.logOf(build).all().filter((e) => levelAtLeast(e, o.level));
     if (o.direction === "backward") {
       const before = o.cursor === undefined ? all : all.filter((e) => e.timestamp <= o.cursor!);
       return before.slice(-o.limit).reverse();
@@ -391,36 +420,51 @@ export class TemplateService implements TemplateResolver {
   // --- changes --------------------------------------------------------------
 
   /** PATCH /templates/{id}: whether every key may create from it (there is one team here: it changes what the API shows). */
-  setPublic(templateRef: string, isPublic: boolean | undefined): TemplateRecord {
-    const t = this.get(templateRef).template;
-    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server and is always public`);
-    const next = { ...t, ...(isPublic !== undefined ? { public: isPublic } : {}), updatedAt: Date.now() };
-    this.o.store.putTemplate(next);
-    return next;
+  setPublic(templateRef: string, isPublic: boolean | undefined): Promise<TemplateRecord> {
+    return this.exclusive(async () => {
+      const t = (await this.get(templateRef)).template;
+      if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server and is always public`);
+      const next = { ...t, ...(isPublic !== undefined ? { public: isPublic } : {}), updatedAt: Date.now() };
+      await this.o.store.putTemplate(next);
+      return next;
+    });
   }
 
   /** DELETE /templates/{id}: its builds stop, its images go; refused while sandboxes or snapshots use it. */
   async delete(templateRef: string): Promise<void> {
-    const { template: t, builds } = this.get(templateRef);
-    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server from rootfs/templates/${t.id}.yaml: remove it there ('locale2b template' on the server)`);
+    const { template: t, builds } = await this.exclusive(() => this.deleteLocked(templateRef));
     for (const b of builds) {
-      const user = b.result ? this.o.imageInUse?.(b.result.image) : undefined;
-      if (user) throw new ControlPlaneError("conflict", `template '${t.names[0] ?? t.id}' is still used by ${user}: kill those sandboxes and delete those snapshots first`);
-    }
-    for (const b of builds) this.runner?.cancel(b.id);
-    this.o.store.deleteTemplate(t.id);
-    for (const b of builds) {
-      this.logOf(b.id).remove();
-      this.openLogs.delete(b.id);
       if (b.result) await this.o.removeImage?.(b.result.image).catch((err: unknown) => this.o.log.warn({ err, image: b.result!.image }, "removing a template's image failed"));
     }
     this.o.log.info({ templateId: t.id, builds: builds.length }, "template deleted");
   }
 
+  /** The template's records go (its images after, outside the lock). */
+  private async deleteLocked(templateRef: string): Promise<TemplateView> {
+    const view = await this.get(templateRef);
+    const { template: t, builds } = view;
+    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server from rootfs/templates/${t.id}.yaml: remove it there ('locale2b template' on the server)`);
+    for (const b of builds) {
+      const user = b.result ? await this.o.imageInUse?.(b.result.image) : undefined;
+      if (user) throw new ControlPlaneError("conflict", `template '${t.names[0] ?? t.id}' is still used by ${user}: kill those sandboxes and delete those snapshots first`);
+    }
+    for (const b of builds) this.runner?.cancel(b.id);
+    await this.o.store.deleteTemplate(t.id);
+    for (const b of builds) {
+      this.logOf(b).remove();
+      this.openLogs.delete(b.id);
+    }
+    return view;
+  }
+
   /** POST /templates/tags: `target` is `name:tag` (or `name`, the default tag): its build gets `tags` too. */
-  assignTags(target: string, tags: string[]): { buildId: string; tags: string[] } {
+  assignTags(target: string, tags: string[]): Promise<{ buildId: string; tags: string[] }> {
+    return this.exclusive(() => this.assignTagsLocked(target, tags));
+  }
+
+  private async assignTagsLocked(target: string, tags: string[]): Promise<{ buildId: string; tags: string[] }> {
     const ref = this.parse(target);
-    const t = this.find(ref);
+    const t = await this.find(ref);
     if (!t) throw new ControlPlaneError("not_found", `template '${printable(target)}' not found`);
     if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: it has only the tag '${DEFAULT_TAG}'`);
     if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
@@ -428,28 +472,33 @@ export class TemplateService implements TemplateResolver {
       const problem = tagProblem(tag);
       if (problem) throw new ControlPlaneError("invalid", problem);
     }
-    const build = this.taggedBuild(t, ref.tag ?? DEFAULT_TAG);
+    const build = await this.taggedBuild(t, ref.tag ?? DEFAULT_TAG);
     if (!build || build.status !== "ready") throw new ControlPlaneError("not_found", `template '${printable(target)}' has no ready build to tag`);
     const now = Date.now();
-    for (const tag of tags) this.o.store.putTemplateTag({ templateId: t.id, tag, buildId: build.id, createdAt: now });
+    for (const tag of tags) await this.o.store.putTemplateTag({ templateId: t.id, tag, buildId: build.id, createdAt: now });
     return { buildId: build.id, tags };
   }
 
   /** DELETE /templates/tags. */
-  deleteTags(name: string, tags: string[]): void {
+  deleteTags(name: string, tags: string[]): Promise<void> {
+    return this.exclusive(() => this.deleteTagsLocked(name, tags));
+  }
+
+  private async deleteTagsLocked(name: string, tags: string[]): Promise<void> {
     const ref = this.parse(name);
-    const t = this.find(ref);
+    const t = await this.find(ref);
     if (!t) throw new ControlPlaneError("not_found", `template '${printable(name)}' not found`);
     if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: its tag cannot be removed`);
     if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
-    const missing = tags.filter((tag) => !this.o.store.getTemplateTag(t.id, tag));
+    const missing: string[] = [];
+    for (const tag of tags) if (!(await this.o.store.getTemplateTag(t.id, tag))) missing.push(tag);
     if (missing.length) throw new ControlPlaneError("not_found", `template '${printable(name)}' has no tag ${missing.map((m) => `'${printable(m)}'`).join(", ")}`);
-    for (const tag of tags) this.o.store.deleteTemplateTag(t.id, tag);
+    for (const tag of tags) await this.o.store.deleteTemplateTag(t.id, tag);
   }
 
   /** GET /templates/{id}/files/{hash}: whether the files are here, and where to upload them if not. */
-  fileUpload(templateRef: string, hash: string, baseUrl: string): { present: boolean; url?: string } {
-    const t = this.get(templateRef).template;
+  async fileUpload(templateRef: string, hash: string, baseUrl: string): Promise<{ present: boolean; url?: string }> {
+    const t = (await this.get(templateRef)).template;
     if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server; it takes no files`);
     const present = this.o.files.path(hash) !== undefined;
     if (present) this.o.files.touch(hash);
@@ -457,7 +506,7 @@ export class TemplateService implements TemplateResolver {
   }
 
   /** Whether `templateId` is a template whose files may be uploaded (the PUT names it by id). */
-  acceptsFiles(templateId: string): boolean {
-    return !!this.o.store.getTemplate(templateId);
+  async acceptsFiles(templateId: string): Promise<boolean> {
+    return !!(await this.o.store.getTemplate(templateId));
   }
 }

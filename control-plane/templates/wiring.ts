@@ -34,7 +34,7 @@ export function createTemplates(o: {
   /** The server's secret; the upload URLs' key is derived from it. */
   seed: Buffer;
   defaults: TemplateDefaults;
-  snapshotNamed: (name: string) => boolean;
+  snapshotNamed: (name: string) => Promise<boolean>;
   /** An image's warm sandboxes go before the image does. */
   dropWarm?: (image: string) => Promise<void>;
   settings?: TemplateSettings;
@@ -50,9 +50,9 @@ export function createTemplates(o: {
     dataDir: o.dataDir,
     defaults: o.defaults,
     snapshotNamed: o.snapshotNamed,
-    imageInUse: (image) => {
-      const sandboxes = o.store.listSandboxes().filter((s) => s.boot?.image === image);
-      const snapshots = o.store.listSnapshots().filter((s) => s.boot?.image === image);
+    imageInUse: async (image) => {
+      const sandboxes = (await o.store.listSandboxes()).filter((s) => s.boot?.image === image);
+      const snapshots = (await o.store.listSnapshots()).filter((s) => s.boot?.image === image);
       const parts = [
         ...(sandboxes.length ? [`${sandboxes.length} sandbox${sandboxes.length > 1 ? "es" : ""} (${sandboxes.slice(0, 3).map((s) => s.id).join(", ")})`] : []),
         ...(snapshots.length ? [`${snapshots.length} snapshot${snapshots.length > 1 ? "s" : ""}`] : []),
@@ -60,7 +60,7 @@ export function createTemplates(o: {
       return parts.length ? parts.join(" and ") : undefined;
     },
     removeOrphans: async () => {
-      await removeOrphanImages(o.imagesDir, o.dataDir, (buildId) => o.store.getTemplateBuild(buildId) !== undefined, (line) => o.log.info(line));
+      await removeOrphanImages(o.imagesDir, o.dataDir, async (buildId) => (await o.store.getTemplateBuild(buildId)) !== undefined, (line) => o.log.info(line));
     },
     removeImage: async (image) => {
       await o.dropWarm?.(image);

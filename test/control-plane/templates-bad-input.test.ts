@@ -132,7 +132,7 @@ describe.skipIf(skip !== undefined)(`the template API under bad input${skip ? ` 
     }
     expect(uploads()).not.toContain(hash);
     // An expired URL: made with the server's own key (the test reads it as the server derives it) an hour ago.
-    const seed = Buffer.from(cp.store.getSetting("token_seed")!, "hex");
+    const seed = Buffer.from((await cp.store.getSetting("token_seed"))!, "hex");
     const files = new TemplateFiles("/nonexistent", createHmac("sha256", seed).update("template-files").digest(), { ttlSeconds: 60, maxBytes: 1 });
     const expired = files.uploadUrl(cp.url, a.templateID, hash, Date.now() - 3600_000);
     const er = await put(expired);

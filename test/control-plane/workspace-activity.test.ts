@@ -186,7 +186,7 @@ describe("audit log", () => {
     expect(bad.status).toBe(401);
     await call("POST", `/sandboxes/${sandboxId}/exec`, { command: "true", secret_env: { ONE_OFF: "one-off-secret-value" } });
     await call("POST", `/sandboxes/${sandboxId}/exec`, { command: "echo one-off-secret-value" });
-    const keyId = cp.store.listApiKeys()[0]!.id;
+    const keyId = (await cp.store.listApiKeys())[0]!.id;
 
     const res = await fetch(`${cp.workspaceUrl}/audit?sandbox_id=${sandboxId}`, { headers: headers() });
     expect(res.headers.get("content-type")).toContain("application/x-ndjson");

@@ -68,7 +68,7 @@ describe("gvisor runtime: choosing it", () => {
         const body = (await res.json()) as Record<string, unknown>;
         expect(res.status, JSON.stringify(body)).toBe(201);
         const id = String(body.sandboxID);
-        expect(cp.store.getSandbox(id)!.runtime).toBe("gvisor");
+        expect((await cp.store.getSandbox(id))!.runtime).toBe("gvisor");
         expect(cp.manager.runtimeName).toBe("process");
         await cp.manager.kill(id);
       } finally {

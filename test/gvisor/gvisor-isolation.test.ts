@@ -228,8 +228,8 @@ describe.skipIf(missing !== undefined)(`gvisor: resources and clean-up${why}`, {
     // The OOM killer takes the sentry (its oom_score_adj is 1000), and with it the whole sandbox.
     const r = await sh(s, `python3 -c "b=[b'x'*(64<<20) for _ in range(64)]; print('survived')"`);
     expect(r.out).not.toMatch(/survived/);
-    await waitFor(() => cp.store.getSandbox(id)?.state === "killed", "the sandbox to be reported dead");
-    expect(cp.store.getSandbox(id)!.endReason).toMatch(/ran out of memory \(\d+ MiB\)/);
+    await waitFor(async () => (await cp.store.getSandbox(id))?.state === "killed", "the sandbox to be reported dead");
+    expect((await cp.store.getSandbox(id))!.endReason).toMatch(/ran out of memory \(\d+ MiB\)/);
     expect((await sh(a, "echo alive")).out).toBe("alive\n");
   });
 
@@ -246,6 +246,6 @@ describe.skipIf(missing !== undefined)(`gvisor: resources and clean-up${why}`, {
     const left = () => [dir, `/sys/class/net/${device}`, netns, ...cgroupDirs].filter((p) => existsSync(p));
     await waitFor(() => left().length === 0, () => `clean-up (left: ${left().join(", ")})`);
     expect(nftChain(`sbx_${s.sandboxId}`)).toBeUndefined();
-    expect(cp.store.getSandbox(s.sandboxId)!.state).toBe("killed");
+    expect((await cp.store.getSandbox(s.sandboxId))!.state).toBe("killed");
   });
 });

@@ -33,7 +33,7 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
       await running!.files.write("/home/user/before.txt", "before the restart");
       const ticker = await running!.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
       expect(await paused!.pause()).toBe(true);
-      const sentry = (id: string) => cp.store.getSandbox(id)!.runtimeData as unknown as PersistedGvisorInstance;
+      const sentry = (id: string) => cp.manager.get(id).runtimeData as unknown as PersistedGvisorInstance;
       const doomedSentry = sentry(doomed!.sandboxId);
       restore();
       expect(isRunning(sentry(running!.sandboxId).pid, sentry(running!.sandboxId).startTime)).toBe(true);
@@ -44,7 +44,7 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
       cp = await start();
       restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
 
-      expect(cp.store.getSandbox(running!.sandboxId)!.state).toBe("running");
+      expect((await cp.store.getSandbox(running!.sandboxId))!.state).toBe("running");
       const again = await Sandbox.connect(running!.sandboxId);
       expect(await again.files.read("/home/user/before.txt")).toBe("before the restart");
       // The process started before the restart still runs.
@@ -52,11 +52,11 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
       const n = Number((await again.commands.run("cat /tmp/count")).stdout);
       await waitFor(async () => Number((await again.commands.run("cat /tmp/count")).stdout) > n, "the counter to go on");
 
-      expect(cp.store.getSandbox(paused!.sandboxId)!.state).toBe("paused");
+      expect((await cp.store.getSandbox(paused!.sandboxId))!.state).toBe("paused");
       const resumed = await Sandbox.connect(paused!.sandboxId); // connect resumes
       expect((await resumed.commands.run("echo resumed")).stdout).toBe("resumed\n");
 
-      expect(cp.store.getSandbox(doomed!.sandboxId)!.state).toBe("killed");
+      expect((await cp.store.getSandbox(doomed!.sandboxId))!.state).toBe("killed");
       expect(existsSync(join(dataDir, "sandboxes", doomed!.sandboxId))).toBe(false);
       expect(existsSync(`/run/netns/${doomedSentry.netns}`)).toBe(false);
     } finally {

@@ -29,7 +29,7 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
     sandboxTimeoutMs: 3_600_000,
   });
 
-  const persisted = () => suite.cp!.store.getSandbox(suite.sandbox!.sandboxId)!.runtimeData as unknown as PersistedGvisorInstance;
+  const persisted = () => suite.cp!.manager.get(suite.sandbox!.sandboxId).runtimeData as unknown as PersistedGvisorInstance;
 
   describe("gvisor runtime: what only gVisor shows", { timeout: TIMEOUT }, () => {
     it("serves envd on <dir>/envd.sock (moved out of the shared host dir) with the hybrid-vsock handshake; other ports are refused", async () => {

@@ -27,7 +27,7 @@ describe.skipIf(missing !== undefined)(`gvisor: warm start from a checkpoint${wh
     restore();
     await cp?.close();
   });
-  const persisted = (id: string) => cp!.store.getSandbox(id)!.runtimeData as unknown as PersistedGvisorInstance;
+  const persisted = (id: string) => cp!.manager.get(id).runtimeData as unknown as PersistedGvisorInstance;
 
   it("the first create boots and builds the image; the next ones are restored, each its own sandbox", async () => {
     const first = await Sandbox.create("base", { timeoutMs: 300_000 });
@@ -72,7 +72,7 @@ describe.skipIf(missing !== undefined)(`gvisor: a template's start command in it
     restore();
     await cp?.close();
   });
-  const persisted = (id: string) => cp!.store.getSandbox(id)!.runtimeData as unknown as PersistedGvisorInstance;
+  const persisted = (id: string) => cp!.manager.get(id).runtimeData as unknown as PersistedGvisorInstance;
 
   it("a restored create's start command was running before the create: its server answers at once", async () => {
     const name = `gv-start-${process.pid}`;

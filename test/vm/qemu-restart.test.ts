@@ -38,7 +38,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
       const ticker = await paused!.commands.run("while true; do echo tick; sleep 0.3; done", { background: true, timeoutMs: 0, onStdout: (d) => void lines.push(d) });
       await waitUntil(() => lines.length > 0);
       expect(await paused!.pause()).toBe(true);
-      const qemuOf = (id: string) => (cp.store.getSandbox(id)!.runtimeData as PersistedQemuInstance).qemu;
+      const qemuOf = (id: string) => (cp.manager.get(id).runtimeData as PersistedQemuInstance).qemu;
       const doomedQemu = qemuOf(doomed!.sandboxId);
       // Stop the server (not its sandboxes), kill one VM while it is down, start again.
       restore();
@@ -48,17 +48,17 @@ describe.skipIf(missing !== undefined)(`qemu runtime across a control-plane rest
       cp = await start();
       restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
 
-      expect(cp.store.getSandbox(running!.sandboxId)!.state).toBe("running");
+      expect((await cp.store.getSandbox(running!.sandboxId))!.state).toBe("running");
       const again = await Sandbox.connect(running!.sandboxId);
       expect(await again.files.read("/home/user/before.txt")).toBe("before the restart");
       expect((await again.commands.run("echo alive")).stdout).toBe("alive\n");
 
-      expect(cp.store.getSandbox(paused!.sandboxId)!.state).toBe("paused");
+      expect((await cp.store.getSandbox(paused!.sandboxId))!.state).toBe("paused");
       const resumed = await Sandbox.connect(paused!.sandboxId); // connect resumes
       expect((await resumed.commands.run("echo resumed")).stdout).toBe("resumed\n");
       expect((await resumed.commands.list()).some((p) => p.pid === ticker.pid)).toBe(true); // it ran on across the pause
 
-      expect(cp.store.getSandbox(doomed!.sandboxId)!.state).toBe("killed");
+      expect((await cp.store.getSandbox(doomed!.sandboxId))!.state).toBe("killed");
     } finally {
       restore();
       await cp.close(); // kills what is left

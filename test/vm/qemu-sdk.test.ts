@@ -29,7 +29,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
     sandboxTimeoutMs: 3_600_000,
   });
 
-  const persisted = () => suite.cp!.store.getSandbox(suite.sandbox!.sandboxId)!.runtimeData as PersistedQemuInstance;
+  const persisted = () => suite.cp!.manager.get(suite.sandbox!.sandboxId).runtimeData as PersistedQemuInstance;
 
   describe("qemu runtime: what only a VM shows", { timeout: VM_TIMEOUT }, () => {
     it("answers the hybrid-vsock handshake for envd's port and refuses a port nobody listens on", async () => {
@@ -137,7 +137,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       const err = await rejection(h.wait());
       expect(err).toBeInstanceOf(Error);
       await waitFor(async () => (await fetch(`${suite.cp!.url}/sandboxes/${sandbox.sandboxId}`, { headers: { "X-API-Key": suite.cp!.apiKey } })).status === 404, "the dead sandbox to answer 404");
-      const rec = suite.cp!.store.getSandbox(sandbox.sandboxId)!;
+      const rec = (await suite.cp!.store.getSandbox(sandbox.sandboxId))!;
       expect(rec.state).toBe("killed");
       expect(rec.endReason).toMatch(/QEMU|vhost/);
     });

@@ -57,7 +57,7 @@ describe("per-template runtime", () => {
         const r = await createVia(cp, "base");
         expect(r.status, JSON.stringify(r.body)).toBe(201);
         const id = String(r.body.sandboxID);
-        expect(cp.store.getSandbox(id)!.runtime).toBe("qemu");
+        expect((await cp.store.getSandbox(id))!.runtime).toBe("qemu");
         expect(cp.manager.runtimeName).toBe("process");
         const metrics = await (await fetch(`${cp.url}/metrics`)).text();
         expect(metrics).toMatch(new RegExp(`locale2b_sandbox_host_memory_bytes\\{sandbox_id="${id}",runtime="qemu"\\} \\d+`));

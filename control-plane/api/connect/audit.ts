@@ -17,7 +17,7 @@ export function auditInterceptor(deps: Pick<ApiDeps, "store" | "audit">): Interc
   return (next) => async (req) => {
     if (!deps.audit) return next(req);
     const t0 = performance.now();
-    const key = apiKeyFromHeaders(deps.store, req.header);
+    const key = await apiKeyFromHeaders(deps.store, req.header);
     req.contextValues.set(CALLER_KEY, key ?? null);
     const actor = key?.id ?? "anonymous";
     const action = `${req.service.typeName}/${req.method.name}`;

@@ -38,13 +38,13 @@ export async function* watchBuild(service: TemplateService, req: WatchBuildReque
   const buildId = required(req.buildId, "build_id");
   const level = levelFromProto(req.level);
   // NOT_FOUND before anything is sent.
-  const first = service.build(ref, buildId).build;
-  const log = service.logOf(first.id);
+  const first = (await service.build(ref, buildId)).build;
+  const log = service.logOf(first);
   let wake = () => {};
   const unsubscribe = log.subscribe(() => wake());
-  const statusNow = (): BuildStatus => {
+  const statusNow = async (): Promise<BuildStatus> => {
     try {
-      return service.build(ref, buildId).build.status;
+      return (await service.build(ref, buildId)).build.status;
     } catch (err) {
       if (err instanceof ControlPlaneError && err.kind === "not_found") {
         throw new ConnectError(`build '${buildId}' of template '${ref}' is gone: the template was deleted during the watch`, Code.NotFound);
@@ -67,12 +67,12 @@ export async function* watchBuild(service: TemplateService, req: WatchBuildReque
       // Armed before the log is read, so a line written after the read still wakes the next wait.
       const woken = new Promise<void>((resolve) => (wake = resolve));
       // The status first: the lines read after it are labelled with it (the last, "build ready" or why it failed, with the final one).
-      const now = statusNow();
+      const now = await statusNow();
       if (now !== status && !finished(now)) yield { status: statusToProto(now), logsOffset: offset };
       status = now;
       yield* drain(status);
       if (finished(status)) {
-        const { build, reasonEntries } = service.status(ref, buildId, { offset: 0, limit: 0 });
+        const { build, reasonEntries } = await service.status(ref, buildId, { offset: 0, limit: 0 });
         yield { status: statusToProto(status), logsOffset: offset, build: buildToProto(build, reasonEntries) };
         return;
       }

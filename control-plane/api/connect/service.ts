@@ -26,7 +26,7 @@ export const DEFAULT_TIMEOUT_SECONDS = 300;
 export function authInterceptor(deps: Pick<ApiDeps, "store">): Interceptor {
   return (next) => async (req) => {
     const known = req.contextValues.get(CALLER_KEY);
-    const key = known === undefined ? apiKeyFromHeaders(deps.store, req.header) : known;
+    const key = known === undefined ? await apiKeyFromHeaders(deps.store, req.header) : known;
     if (!key) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
     return next(req);
   };
@@ -69,7 +69,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
         call("CreateSandbox", undefined, async () => {
           const input = createInput(req);
           const t0 = performance.now();
-          const rec = await (deps.snapshots?.names(input.templateId) ? deps.snapshots.createSandbox(input) : manager.create(input));
+          const rec = await (deps.snapshots && (await deps.snapshots.names(input.templateId)) ? deps.snapshots.createSandbox(input) : manager.create(input));
           metrics.observeCreate((performance.now() - t0) / 1000);
           return { sandbox: sandboxToProto(rec) };
         }),
@@ -82,7 +82,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
       listSandboxes: (req) =>
         call("ListSandboxes", undefined, async () => {
           const states = req.states.map(stateFromProto);
-          const all = manager.list({ states, metadata: { ...req.metadata } });
+          const all = await manager.listWithEnded({ states, metadata: { ...req.metadata } });
           const { items, next } = page(all, req.limit, req.pageToken);
           return { sandboxes: items.map(sandboxToProto), nextPageToken: next };
         }),
@@ -114,7 +114,7 @@ export function registerSandboxService(router: ConnectRouter, deps: ApiDeps): vo
           return { endAt: timestampFromMs(rec.endAt) };
         }),
 
-      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx, undefined, deps.events, (id) => deps.store.getSandbox(id)),
+      watchSandboxEvents: (req, ctx) => watchEvents(manager.events, req, ctx, undefined, deps.events, (id) => manager.record(id)),
 
       ...snapshotHandlers(deps, call),
     },

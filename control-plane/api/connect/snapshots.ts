@@ -55,7 +55,7 @@ export function snapshotHandlers(deps: ApiDeps, call: Call) {
 
     listSnapshots: (req: ListSnapshotsRequest) =>
       call("ListSnapshots", req.sandboxId || undefined, async () => {
-        const all = service(deps).list({ sandboxId: req.sandboxId || undefined, name: req.name || undefined });
+        const all = await service(deps).list({ sandboxId: req.sandboxId || undefined, name: req.name || undefined });
         const limit = req.limit === 0 ? DEFAULT_PAGE_SIZE : Math.min(req.limit, MAX_PAGE_SIZE);
         const { items, next } = pageSnapshots(all, limit, req.pageToken || undefined);
         return { snapshots: items.map(snapshotToProto), nextPageToken: next };
@@ -64,7 +64,7 @@ export function snapshotHandlers(deps: ApiDeps, call: Call) {
     deleteSnapshot: (req: DeleteSnapshotRequest) =>
       call("DeleteSnapshot", undefined, async () => {
         const ref = required(req.snapshotId, "snapshot_id");
-        if (!service(deps).delete(ref)) throw new ConnectError(`snapshot '${ref}' not found`, Code.NotFound);
+        if (!(await service(deps).delete(ref))) throw new ConnectError(`snapshot '${ref}' not found`, Code.NotFound);
         return {};
       }),
 

@@ -56,7 +56,7 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
     {
       requestBuild: (req) =>
         call("RequestBuild", undefined, async () => {
-          const r = templates().requestBuild({ name: required(req.name, "name"), tags: req.tags, ...resources(req) });
+          const r = await templates().requestBuild({ name: required(req.name, "name"), tags: req.tags, ...resources(req) });
           return { templateId: r.template.id, buildId: r.build.id, names: r.template.names, tags: r.tags, public: r.template.public };
         }),
 
@@ -65,7 +65,7 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
           const ref = required(req.templateId, "template_id");
           const hash = required(req.filesHash, "files_hash");
           TemplateFiles.checkHash(hash);
-          const r = templates().fileUpload(ref, hash, baseUrlOf(ctx));
+          const r = await templates().fileUpload(ref, hash, baseUrlOf(ctx));
           return { present: r.present, url: r.url ?? "" };
         }),
 
@@ -73,14 +73,14 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
         call("StartBuild", undefined, async () => {
           const ref = required(req.templateId, "template_id");
           const buildId = required(req.buildId, "build_id");
-          templates().startBuild(ref, buildId, buildStartFromProto(req));
+          await templates().startBuild(ref, buildId, buildStartFromProto(req));
           return {};
         }),
 
       getBuildStatus: (req) =>
         call("GetBuildStatus", undefined, async () => {
           const limit = req.limit === 0 ? DEFAULT_LOG_PAGE : Math.min(req.limit, MAX_LOG_PAGE);
-          const r = templates().status(required(req.templateId, "template_id"), required(req.buildId, "build_id"), {
+          const r = await templates().status(required(req.templateId, "template_id"), required(req.buildId, "build_id"), {
             offset: req.logsOffset,
             limit,
             level: levelFromProto(req.level),
@@ -92,13 +92,13 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
 
       listTemplates: (req) =>
         call("ListTemplates", undefined, async () => {
-          const { items, next } = pageById(templates().list(), (v) => v.template.id, req.limit, req.pageToken, "template");
+          const { items, next } = pageById(await templates().list(), (v) => v.template.id, req.limit, req.pageToken, "template");
           return { templates: items.map(templateToProto), nextPageToken: next };
         }),
 
       getTemplate: (req) =>
         call("GetTemplate", undefined, async () => {
-          const v = templates().get(required(req.templateId, "template_id"));
+          const v = await templates().get(required(req.templateId, "template_id"));
           const { items, next } = pageById(v.builds, (b) => b.id, req.limit, req.pageToken, "build");
           return { template: templateToProto(v), builds: items.map((b) => buildToProto(b)), tags: v.tags.map(tagToProto), nextPageToken: next };
         }),
@@ -106,8 +106,8 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
       updateTemplate: (req) =>
         call("UpdateTemplate", undefined, async () => {
           const ref = required(req.templateId, "template_id");
-          const t = templates().setPublic(ref, req.public);
-          return { template: templateToProto(templates().get(t.id)) };
+          const t = await templates().setPublic(ref, req.public);
+          return { template: templateToProto(await templates().get(t.id)) };
         }),
 
       deleteTemplate: (req) =>
@@ -118,26 +118,26 @@ export function registerTemplateService(router: ConnectRouter, deps: ApiDeps): v
 
       assignTags: (req) =>
         call("AssignTags", undefined, async () => {
-          const r = templates().assignTags(required(req.target, "target"), req.tags);
+          const r = await templates().assignTags(required(req.target, "target"), req.tags);
           return { buildId: r.buildId, tags: r.tags };
         }),
 
       deleteTags: (req) =>
         call("DeleteTags", undefined, async () => {
-          templates().deleteTags(required(req.name, "name"), req.tags);
+          await templates().deleteTags(required(req.name, "name"), req.tags);
           return {};
         }),
 
       listTags: (req) =>
-        call("ListTags", undefined, async () => ({ tags: templates().get(required(req.templateId, "template_id")).tags.map(tagToProto) })),
+        call("ListTags", undefined, async () => ({ tags: (await templates().get(required(req.templateId, "template_id"))).tags.map(tagToProto) })),
 
       templateExists: (req) =>
         call("TemplateExists", undefined, async () => {
           const name = required(req.name, "name");
           const parsed = parseTemplateRef(name);
           if ("problem" in parsed) throw new ConnectError(parsed.problem, Code.InvalidArgument);
-          const template = templates().alias(name);
-          const snapshot = template ? undefined : deps.snapshots?.alias(name);
+          const template = await templates().alias(name);
+          const snapshot = template ? undefined : await deps.snapshots?.alias(name);
           const found = template ?? snapshot;
           return found ? { exists: true, templateId: found.templateID, public: found.public, snapshot: snapshot !== undefined } : { exists: false };
         }),

@@ -136,10 +136,10 @@ export async function* watchEvents(
   ctx: HandlerContext,
   limit = WATCH_QUEUE_LIMIT,
   events?: EventBus,
-  lookup?: (id: string) => SandboxRecord | undefined,
+  lookup?: (id: string) => Promise<SandboxRecord | undefined>,
 ): AsyncGenerator<Out> {
   if (req.eventTypes.length && events) {
-    yield* watchAll(events, req, ctx, limit, lookup ?? (() => undefined));
+    yield* watchAll(events, req, ctx, limit, lookup ?? (async () => undefined));
     return;
   }
   const filter: EventFilter = {};
@@ -176,7 +176,7 @@ async function* watchAll(
   req: WatchSandboxEventsRequest,
   ctx: HandlerContext,
   limit: number,
-  lookup: (id: string) => SandboxRecord | undefined,
+  lookup: (id: string) => Promise<SandboxRecord | undefined>,
 ): AsyncGenerator<Out> {
   let filter;
   try {
@@ -187,11 +187,11 @@ async function* watchAll(
   }
   const metadata = Object.entries(req.metadata);
   const matchesMetadata = new Map<string, boolean>();
-  const wanted = (sandboxId: string): boolean => {
+  const wanted = async (sandboxId: string): Promise<boolean> => {
     if (metadata.length === 0) return true;
     let ok = matchesMetadata.get(sandboxId);
     if (ok === undefined) {
-      const rec = lookup(sandboxId);
+      const rec = await lookup(sandboxId);
       ok = !!rec && metadata.every(([k, v]) => rec.metadata[k] === v);
       matchesMetadata.set(sandboxId, ok);
     }
@@ -208,8 +208,8 @@ async function* watchAll(
         throw new ConnectError(`the client fell more than ${limit} events behind: list the sandboxes again and start a new watch`, Code.ResourceExhausted);
       }
       const e = next.event;
-      if (!wanted(e.sandbox_id)) continue;
-      yield busEventToProto(e, e.event_type.startsWith("sandbox.") ? lookup(e.sandbox_id) : undefined);
+      if (!(await wanted(e.sandbox_id))) continue;
+      yield busEventToProto(e, e.event_type.startsWith("sandbox.") ? await lookup(e.sandbox_id) : undefined);
     }
   } finally {
     sub.close();

@@ -143,7 +143,7 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
           allow: m.allowed.join(", "),
         });
       }
-      const key = apiKeyFromHeaders(deps.store, req.headers);
+      const key = await apiKeyFromHeaders(deps.store, req.headers);
       audited = { action: `${method} ${m.path}`, actor: key?.id ?? (m.signed ? "signed-url" : "anonymous"), ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
       if (!key && !m.signed) return sendError(res, 401, MISSING_KEY_MESSAGE);
       await m.handler({ req, res, params: m.params, query: url.searchParams, deps, note: audited.note });

@@ -45,7 +45,7 @@ function create(v2: boolean) {
     const input = parseNewSandbox(await readJsonObject(req), v2);
     const started = performance.now();
     // A snapshot's id or name as templateID: a sandbox on its files (as E2B, where snapshots are templates).
-    const rec = await (deps.snapshots?.names(input.templateId) ? deps.snapshots.createSandbox(input) : deps.manager.create(input));
+    const rec = await (deps.snapshots && (await deps.snapshots.names(input.templateId)) ? deps.snapshots.createSandbox(input) : deps.manager.create(input));
     if (note) note.sandboxId = rec.id;
     deps.metrics.observeCreate((performance.now() - started) / 1000);
     sendJson(res, 201, toSandbox(rec, deps.publicDomain));

@@ -38,7 +38,7 @@ function parseLimit(raw: string | null): number {
 
 async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {
   const limit = parseLimit(query.get("limit"));
-  const all = service(deps).list({ sandboxId: query.get("sandboxID") || undefined, name: query.get("name") || undefined });
+  const all = await service(deps).list({ sandboxId: query.get("sandboxID") || undefined, name: query.get("name") || undefined });
   const { items, next } = pageSnapshots(all, limit, query.get("nextToken") || undefined);
   sendJson(res, 200, items.map(toSnapshotInfo), next ? { "x-next-token": next } : {});
 }

@@ -124,14 +124,14 @@ async function createV3({ req, res, deps }: RestContext): Promise<void> {
   const f = new Fields(body);
   const name = f.string("name") || f.string("alias");
   if (!name) throw new HttpError(400, "field 'name' is required (the template's name, optionally name:tag)");
-  const r = service(deps).requestBuild({ name, tags: strings(f, body, "tags"), ...resources(f) });
+  const r = await service(deps).requestBuild({ name, tags: strings(f, body, "tags"), ...resources(f) });
   sendJson(res, 202, { templateID: r.template.id, buildID: r.build.id, public: r.template.public, names: r.template.names, aliases: r.template.names, tags: r.tags });
 }
 
 /** POST /v2/templates (deprecated, still sent by older SDKs). */
 async function createV2({ req, res, deps }: RestContext): Promise<void> {
   const f = new Fields(await readJsonObject(req));
-  const r = service(deps).requestBuild({ name: f.requiredString("alias"), ...resources(f) });
+  const r = await service(deps).requestBuild({ name: f.requiredString("alias"), ...resources(f) });
   sendJson(res, 202, toLegacy(r.template, r.build));
 }
 
@@ -141,12 +141,12 @@ async function legacyDockerfile(): Promise<void> {
 }
 
 async function listV1({ res, deps }: RestContext): Promise<void> {
-  sendJson(res, 200, service(deps).list().map(toTemplate));
+  sendJson(res, 200, (await service(deps).list()).map(toTemplate));
 }
 
 async function listV2({ res, query, deps }: RestContext): Promise<void> {
   const limit = readInt(query, "limit", 100, 1, 100);
-  const all = service(deps).list();
+  const all = await service(deps).list();
   const token = query.get("nextToken");
   const start = token ? all.findIndex((v) => v.template.id === token) : 0;
   if (start < 0) throw new HttpError(400, `invalid nextToken '${token}'`);
@@ -156,7 +156,7 @@ async function listV2({ res, query, deps }: RestContext): Promise<void> {
 }
 
 async function getTemplate({ res, params, query, deps }: RestContext): Promise<void> {
-  const v = service(deps).get(params.templateID!);
+  const v = await service(deps).get(params.templateID!);
   const limit = readInt(query, "limit", 100, 1, 100);
   const token = query.get("nextToken");
   const start = token ? v.builds.findIndex((b) => b.id === token) : 0;
@@ -184,7 +184,7 @@ async function getTemplate({ res, params, query, deps }: RestContext): Promise<v
 /** DELETE /templates/{id}: a snapshot's (the SDKs' deleteSnapshot) or a template's. */
 async function deleteTemplate({ res, params, deps }: RestContext): Promise<void> {
   const ref = params.templateID!;
-  if (deps.snapshots?.delete(ref)) return sendNoContent(res);
+  if (await deps.snapshots?.delete(ref)) return sendNoContent(res);
   if (!deps.templates) throw new HttpError(404, `snapshot '${ref}' not found`);
   await deps.templates.delete(ref);
   sendNoContent(res);
@@ -192,20 +192,20 @@ async function deleteTemplate({ res, params, deps }: RestContext): Promise<void>
 
 async function patchV1({ req, res, params, deps }: RestContext): Promise<void> {
   const f = new Fields(await readJsonObject(req));
-  service(deps).setPublic(params.templateID!, f.bool("public"));
+  await service(deps).setPublic(params.templateID!, f.bool("public"));
   res.writeHead(200).end();
 }
 
 async function patchV2({ req, res, params, deps }: RestContext): Promise<void> {
   const f = new Fields(await readJsonObject(req));
-  const t = service(deps).setPublic(params.templateID!, f.bool("public"));
+  const t = await service(deps).setPublic(params.templateID!, f.bool("public"));
   sendJson(res, 200, { names: t.names });
 }
 
 /** GET /templates/{id}/files/{hash}: present, or where to PUT the files. */
 async function fileUploadLink({ req, res, params, deps }: RestContext): Promise<void> {
   TemplateFiles.checkHash(params.hash!);
-  sendJson(res, 201, service(deps).fileUpload(params.templateID!, params.hash!, baseUrlOf(req)));
+  sendJson(res, 201, await service(deps).fileUpload(params.templateID!, params.hash!, baseUrlOf(req)));
 }
 
 /** The scheme and host a client reached this server at (a proxy in front says so in X-Forwarded-*). */
@@ -226,7 +226,7 @@ async function uploadFiles({ req, res, params, query, deps }: RestContext): Prom
     req.resume();
     throw new HttpError(403, refusal);
   }
-  if (!templates.acceptsFiles(templateID)) {
+  if (!(await templates.acceptsFiles(templateID))) {
     req.resume();
     throw new HttpError(404, `template '${templateID}' not found`);
   }
@@ -245,14 +245,14 @@ async function uploadFiles({ req, res, params, query, deps }: RestContext): Prom
 
 async function startBuild({ req, res, params, deps }: RestContext): Promise<void> {
   const start = readBuildStart(await readJsonObject(req, BUILD_BODY_BYTES));
-  service(deps).startBuild(params.templateID!, params.buildID!, start);
+  await service(deps).startBuild(params.templateID!, params.buildID!, start);
   res.writeHead(202, { "content-length": "0" }).end();
 }
 
 async function buildStatus({ res, params, query, deps }: RestContext): Promise<void> {
   const offset = readInt(query, "logsOffset", 0, 0, 2 ** 31 - 1);
   const limit = readInt(query, "limit", 100, 0, 100);
-  const { build, entries, reasonEntries } = service(deps).status(params.templateID!, params.buildID!, { offset, limit, level: readLevel(query) });
+  const { build, entries, reasonEntries } = await service(deps).status(params.templateID!, params.buildID!, { offset, limit, level: readLevel(query) });
   sendJson(res, 200, {
     templateID: build.templateId,
     buildID: build.id,
@@ -271,33 +271,33 @@ async function buildLogs({ res, params, query, deps }: RestContext): Promise<voi
   if (direction !== "forward" && direction !== "backward") throw new HttpError(400, `invalid direction '${direction}': expected forward or backward`);
   const source = query.get("source");
   if (source && source !== "temporary" && source !== "persistent") throw new HttpError(400, `invalid source '${source}': expected temporary or persistent`);
-  const logs = service(deps).logs(params.templateID!, params.buildID!, { ...(cursor !== undefined ? { cursor } : {}), limit, direction, level: readLevel(query) });
+  const logs = await service(deps).logs(params.templateID!, params.buildID!, { ...(cursor !== undefined ? { cursor } : {}), limit, direction, level: readLevel(query) });
   sendJson(res, 200, { logs: logs.map(toLogEntry) });
 }
 
 async function assignTags({ req, res, deps }: RestContext): Promise<void> {
   const body = await readJsonObject(req);
   const f = new Fields(body);
-  const r = service(deps).assignTags(f.requiredString("target"), strings(f, body, "tags") ?? []);
+  const r = await service(deps).assignTags(f.requiredString("target"), strings(f, body, "tags") ?? []);
   sendJson(res, 201, { tags: r.tags, buildID: r.buildId });
 }
 
 async function deleteTags({ req, res, deps }: RestContext): Promise<void> {
   const body = await readJsonObject(req);
   const f = new Fields(body);
-  service(deps).deleteTags(f.requiredString("name"), strings(f, body, "tags") ?? []);
+  await service(deps).deleteTags(f.requiredString("name"), strings(f, body, "tags") ?? []);
   sendNoContent(res);
 }
 
 async function listTags({ res, params, deps }: RestContext): Promise<void> {
-  const v = service(deps).get(params.templateID!);
+  const v = await service(deps).get(params.templateID!);
   sendJson(res, 200, v.tags.map((t) => ({ tag: t.tag, buildID: t.buildId, createdAt: iso(t.createdAt) })));
 }
 
 /** GET /templates/aliases/{alias}: E2B's Template.exists; a template, else a snapshot's name. */
 async function alias({ res, params, deps }: RestContext): Promise<void> {
   const name = params.alias!;
-  const found = deps.templates?.alias(name) ?? deps.snapshots?.alias(name);
+  const found = (await deps.templates?.alias(name)) ?? (await deps.snapshots?.alias(name));
   if (!found) throw new HttpError(404, `template '${name}' not found`);
   sendJson(res, 200, found);
 }

@@ -84,7 +84,7 @@ export function createWorkspaceApi(deps: WorkspaceDeps): WorkspaceApi {
       action = `${method} ${m.path}`;
       ctx.params = m.params;
       if (action !== "GET /health") {
-        ctx.key = apiKeyFromHeaders(deps.store, req.headers);
+        ctx.key = await apiKeyFromHeaders(deps.store, req.headers);
         if (!ctx.key) throw new WsError(401, "unauthenticated", "missing or invalid API key: send it in the X-API-Key header (LOCALE2B_API_KEY); create one with 'locale2b keys create'");
       }
       await m.handler(ctx);

@@ -1,0 +1,40 @@
+// What the SQLite and Postgres stores share: API keys' form and hashing, and schema versions.
+import { createHash, randomBytes } from "node:crypto";
+
+/** One version of a store's schema: statements run in one transaction, recorded in schema_migrations. */
+export interface Migration {
+  version: number;
+  name: string;
+  statements: string[];
+}
+
+/** The migrations not applied yet, in order; refuses a database newer than this code. */
+export function pendingMigrations(all: Migration[], applied: Set<number>): Migration[] {
+  const newest = Math.max(0, ...all.map((m) => m.version));
+  const ahead = [...applied].filter((v) => v > newest);
+  if (ahead.length) {
+    throw new Error(`the database has schema version ${Math.max(...ahead)}, newer than this locale2b knows (${newest}): run the newer locale2b, or restore a backup taken before the upgrade`);
+  }
+  return all.filter((m) => !applied.has(m.version)).sort((a, b) => a.version - b.version);
+}
+
+/** `e2b_` + 40 hex: the form E2B's keys have (the SDKs check the prefix). */
+export function newApiKey(): string {
+  return `e2b_${randomBytes(20).toString("hex")}`;
+}
+
+export function newKeyId(): string {
+  return `key_${randomBytes(6).toString("hex")}`;
+}
+
+/** Stores keep this, never the key: a lookup by hash compares digests, not the secret. */
+export function hashKey(key: string): string {
+  return createHash("sha256").update(key).digest("hex");
+}
+
+export function maskKey(key: string): string {
+  return `${key.slice(0, 8)}…${key.slice(-4)}`;
+}
+
+/** How long a key's last use may lag before it is written again (a key in use is not a write per request). */
+export const LAST_USED_GRANULARITY_MS = 60_000;
