@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { totalmem } from "node:os";
+import { hostname, totalmem } from "node:os";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -33,6 +33,7 @@ import { TemplateCatalog } from "./images/catalog.js";
 import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
 import type { Store } from "./store/store.js";
+import { PgStore, redact } from "./store/pg-store.js";
 import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
@@ -62,6 +63,10 @@ export interface ControlPlaneOptions {
   admission?: Partial<AdmissionLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
+  /** Postgres instead of the data dir's SQLite (LOCALE2B_DATABASE_URL). */
+  databaseUrl?: string;
+  /** This host's name in a shared store (default: the host name when databaseUrl is set). */
+  nodeName?: string;
   /** An API key to accept (LOCALE2B_API_KEY); otherwise the first start creates one. */
   apiKey?: string;
   /** Retention of events, audit and metrics history; session buffers (defaults: DEFAULT_ACTIVITY). */
@@ -86,7 +91,7 @@ export interface RunningControlPlane {
   createdApiKey?: string;
   manager: SandboxManager;
   snapshots: SnapshotService;
-  store: SqliteStore;
+  store: Store;
   runtime: Runtime;
   /** Events, audit log, sessions and metrics history. */
   activity: Activity;
@@ -105,6 +110,24 @@ export const DEFAULT_LIMITS: ManagerLimits = {
   maxTimeoutSeconds: 24 * 3600,
 };
 
+/**
+ * The data dir's SQLite, or Postgres (`databaseUrl`), which several hosts
+ * may share: each then claims its node name, so two servers never adopt the
+ * same sandboxes.
+ */
+async function openStore(opts: ControlPlaneOptions, log: Logger): Promise<Store> {
+  if (!opts.databaseUrl) return new SqliteStore(join(opts.dataDir, "locale2b.db"), { owner: true });
+  const store = await PgStore.open(opts.databaseUrl);
+  try {
+    await store.claimNode(opts.nodeName ?? hostname());
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  log.info({ database: redact(opts.databaseUrl), node: opts.nodeName ?? hostname() }, "store: Postgres");
+  return store;
+}
+
 /** The secret sandbox tokens derive from: made once, kept in the store (every server sharing a store agrees on it). */
 async function tokenSeed(store: Store): Promise<Buffer> {
   return Buffer.from(await store.initSetting("token_seed", randomBytes(32).toString("hex")), "hex");
@@ -113,7 +136,7 @@ async function tokenSeed(store: Store): Promise<Buffer> {
 /** Starts the control plane: E2B REST, the Connect API and the envd proxy on one port. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<RunningControlPlane> {
   const log = opts.log ?? createLogger({ component: "control-plane" });
-  const store = new SqliteStore(join(opts.dataDir, "locale2b.db"), { owner: true });
+  const store = await openStore(opts, log);
   const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
   if (opts.apiKey) await store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
@@ -147,6 +170,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   const manager = new SandboxManager({
     store,
+    ...(opts.databaseUrl ? { node: opts.nodeName ?? hostname() } : {}),
     runtime,
     runtimes,
     transport,

@@ -1,15 +1,24 @@
-// `locale2b keys create|list|revoke`: API keys, straight in the data dir's
-// SQLite store (a running server sees the change at once).
+// `locale2b keys create|list|revoke`: API keys, straight in the store: the
+// data dir's SQLite, or Postgres with --database-url (a running server sees
+// the change at once).
 import { existsSync } from "node:fs";
 import { SqliteStore } from "../store/sqlite-store.js";
-import type { ApiKeyInfo } from "../store/store.js";
+import type { ApiKeyInfo, Store } from "../store/store.js";
+import { PgStore } from "../store/pg-store.js";
+import { setting } from "../settings.js";
+
+/** Where the keys are: Postgres when a URL is given, else the data dir's SQLite. */
+interface KeyStore {
+  dataDir: string;
+  databaseUrl?: string;
+}
 import { dbPath, defaultDataDir, resolveDataDir } from "../config.js";
 import { CliError, parse, table, UsageError } from "./args.js";
 
 const HELP = `Usage: locale2b keys <command> [options]
 
 Manages the API keys a locale2b server accepts ('e2b_' + 40 hex; only their
-hashes are stored). Works on the data dir directly: the server may be running.
+hashes are stored). Works on the store directly: the server may be running.
 
 Commands:
   create [--name NAME]   create a key and print it (once: store it)
@@ -19,6 +28,8 @@ Commands:
 Options:
   -d, --data-dir DIR   the server's data dir (default: $LOCALE2B_DATA_DIR, or
                        ${defaultDataDir()})
+      --database-url URL   the servers' Postgres store instead (default:
+                       $LOCALE2B_DATABASE_URL)
       --json           list: print JSON
   -h, --help           show this help
 
@@ -29,7 +40,16 @@ Authorization: Bearer <key>.
 const CMD = "keys";
 
 /** Runs fn, retrying briefly while another process (the server) holds the database lock. */
-async function withStore<T>(dataDir: string, fn: (store: SqliteStore) => Promise<T>): Promise<T> {
+async function withStore<T>(where: KeyStore, fn: (store: Store) => Promise<T>): Promise<T> {
+  if (where.databaseUrl) {
+    const store = await PgStore.open(where.databaseUrl, { max: 1 });
+    try {
+      return await fn(store);
+    } finally {
+      await store.close();
+    }
+  }
+  const dataDir = where.dataDir;
   for (let attempt = 0; ; attempt++) {
     let store: SqliteStore | undefined;
     try {
@@ -70,6 +90,7 @@ export async function runKeysCommand(args: string[]): Promise<number> {
     allowPositionals: true,
     options: {
       "data-dir": { type: "string", short: "d" },
+      "database-url": { type: "string" },
       name: { type: "string" },
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -80,6 +101,11 @@ export async function runKeysCommand(args: string[]): Promise<number> {
     return 0;
   }
   const dataDir = resolveDataDir(values["data-dir"]);
+  const databaseUrl = values["database-url"] || setting("LOCALE2B_DATABASE_URL") || undefined;
+  const where: KeyStore = { dataDir, ...(databaseUrl ? { databaseUrl } : {}) };
+  const place = databaseUrl ? "the Postgres store" : dataDir;
+  /** The data dir has no store yet (Postgres: the servers' database always has one). */
+  const noStore = () => !databaseUrl && !existsSync(dbPath(dataDir));
   const expectArgs = (n: number, what: string) => {
     if (positionals.length !== n) throw new UsageError(`expected ${what}, got ${positionals.length ? positionals.join(" ") : "nothing"}`, command);
   };
@@ -87,27 +113,27 @@ export async function runKeysCommand(args: string[]): Promise<number> {
     case "create": {
       expectArgs(0, "no arguments");
       const name = values.name?.trim() || "cli";
-      const { key, info } = await withStore(dataDir, (s) => s.createApiKey(name));
+      const { key, info } = await withStore(where, (s) => s.createApiKey(name));
       if (values.json) process.stdout.write(`${JSON.stringify({ ...info, key })}\n`);
       else process.stdout.write(`${key}\n`);
-      process.stderr.write(`Created API key ${info.id} ('${info.name}') in ${dataDir}. It is shown once: store it (use it as E2B_API_KEY).\n`);
+      process.stderr.write(`Created API key ${info.id} ('${info.name}') in ${place}. It is shown once: store it (use it as E2B_API_KEY).\n`);
       return 0;
     }
     case "list": {
       expectArgs(0, "no arguments");
-      if (!existsSync(dbPath(dataDir))) {
+      if (noStore()) {
         throw new CliError(`no locale2b data in ${dataDir}: start 'locale2b serve' there first, or pass --data-dir`);
       }
-      const keys = await withStore(dataDir, (s) => s.listApiKeys());
+      const keys = await withStore(where, (s) => s.listApiKeys());
       process.stdout.write(values.json ? `${JSON.stringify(keys, null, 2)}\n` : formatKeys(keys));
       return 0;
     }
     case "revoke": {
       expectArgs(1, "one key id or key (see 'locale2b keys list')");
-      if (!existsSync(dbPath(dataDir))) throw new CliError(`no locale2b data in ${dataDir}: nothing to revoke (pass --data-dir?)`);
+      if (noStore()) throw new CliError(`no locale2b data in ${dataDir}: nothing to revoke (pass --data-dir?)`);
       const target = positionals[0]!.trim();
-      const { revoked, left } = await withStore(dataDir, async (s) => ({ revoked: await s.revokeApiKey(target), left: (await s.listApiKeys()).length }));
-      if (!revoked) throw new CliError(`no API key matches '${target}' in ${dataDir} (see 'locale2b keys list')`);
+      const { revoked, left } = await withStore(where, async (s) => ({ revoked: await s.revokeApiKey(target), left: (await s.listApiKeys()).length }));
+      if (!revoked) throw new CliError(`no API key matches '${target}' in ${place} (see 'locale2b keys list')`);
       process.stdout.write(`revoked ${target.startsWith("e2b_") ? "the key" : target}\n`);
       if (left === 0) {
         process.stderr.write("No API keys remain: the server refuses every request until you run 'locale2b keys create'.\n");

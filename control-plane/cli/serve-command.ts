@@ -10,6 +10,7 @@ import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
 import { defaultAdmissionLimits } from "../manager/admission.js";
 import { setting, settingsHelp, type SettingName } from "../settings.js";
+import { hostname } from "node:os";
 
 const HELP = `Usage: locale2b serve [options]
 
@@ -26,6 +27,12 @@ Options:
                              expose it on every interface)
   -d, --data-dir DIR         state (SQLite, sandboxes) (default: $LOCALE2B_DATA_DIR, or
                              ${defaultDataDir()})
+      --database-url URL     keep sandboxes, API keys, snapshots and templates in
+                             Postgres (postgresql://user:password@host/db) instead of
+                             the data dir's SQLite (default: $LOCALE2B_DATABASE_URL)
+      --node-name NAME       this host's name in that store; a start adopts only its
+                             own sandboxes (default: $LOCALE2B_NODE_NAME, else the
+                             host name)
       --max-sandboxes N      sandboxes that may exist at once, running or paused
                              (default ${DEFAULT_LIMITS.maxSandboxes}; more are refused with 429)
       --memory-budget-mb N   memory all sandboxes may be given together, in MiB
@@ -91,6 +98,10 @@ export interface ServeOptions {
   workspace: Partial<WorkspaceSettings>;
   maxConcurrentCreates?: number;
   createQueue?: number;
+  /** Postgres instead of SQLite (LOCALE2B_DATABASE_URL). */
+  databaseUrl?: string;
+  /** This host's name in a shared store. */
+  nodeName?: string;
 }
 
 export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
@@ -100,6 +111,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       port: { type: "string", short: "p" },
       host: { type: "string" },
       "data-dir": { type: "string", short: "d" },
+      "database-url": { type: "string" },
+      "node-name": { type: "string" },
       "max-sandboxes": { type: "string" },
       "memory-budget-mb": { type: "string" },
       domain: { type: "string" },
@@ -126,7 +139,17 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
   if (apiKey && !API_KEY_RE.test(apiKey)) {
     throw new CliError("LOCALE2B_API_KEY must be 'e2b_' followed by 40 lowercase hex characters, e.g. e2b_$(openssl rand -hex 20)", 2);
   }
+  const databaseUrl = values["database-url"] || setting("LOCALE2B_DATABASE_URL", env) || undefined;
+  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new CliError(`--database-url must be a postgresql:// URL (postgresql://user:password@host:5432/db), got '${databaseUrl.split(":")[0]}:…'`, 2);
+  }
+  const nodeName = values["node-name"] || setting("LOCALE2B_NODE_NAME", env) || (databaseUrl ? hostname() : undefined);
+  if (nodeName !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeName)) {
+    throw new CliError(`--node-name '${nodeName}' is not a name: letters, digits, '.', '_' and '-', at most 63`, 2);
+  }
   return {
+    ...(databaseUrl ? { databaseUrl } : {}),
+    ...(nodeName ? { nodeName } : {}),
     host: values.host || DEFAULT_HOST,
     port: intOption(values.port ?? env.PORT, "--port", "serve", { max: 65535 }) ?? DEFAULT_PORT,
     dataDir: resolveDataDir(values["data-dir"], env),
@@ -257,6 +280,8 @@ export async function runServeCommand(args: string[]): Promise<number> {
       host: opts.host,
       port: opts.port,
       dataDir: opts.dataDir,
+      ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}),
+      ...(opts.nodeName ? { nodeName: opts.nodeName } : {}),
       limits,
       domain: opts.domain,
       apiKey: opts.apiKey,

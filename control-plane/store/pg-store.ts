@@ -85,6 +85,9 @@ const MIGRATIONS: Migration[] = [
 /** Any number for pg_advisory_xact_lock, the same in every replica: migrations run one replica at a time. */
 const MIGRATION_LOCK = 0x6c326230; // "l2b0"
 
+/** The first key of the node-name advisory locks (the second: the name's hash). */
+const NODE_LOCK = 0x6c32626e; // "l2bn"
+
 type Queryable = Pick<pg.PoolClient, "query">;
 
 /**
@@ -95,6 +98,8 @@ type Queryable = Pick<pg.PoolClient, "query">;
  */
 export class PgStore implements Store {
   private readonly pool: pg.Pool;
+  /** The connection that holds this server's node name (claimNode). */
+  private nodeClient: pg.PoolClient | undefined;
 
   private constructor(pool: pg.Pool) {
     this.pool = pool;
@@ -376,7 +381,24 @@ export class PgStore implements Store {
     return (await this.getSetting(key))!;
   }
 
+  /**
+   * Holds `node` for this store's life (a session advisory lock on a
+   * connection of its own): a second server that claims the same name is
+   * refused, as a second server on one data dir is.
+   */
+  async claimNode(node: string): Promise<void> {
+    const c = await this.pool.connect();
+    const { rows } = await c.query<{ ok: boolean }>("SELECT pg_try_advisory_lock($1, hashtext($2)) AS ok", [NODE_LOCK, node]);
+    if (!rows[0]?.ok) {
+      c.release();
+      throw new Error(`node name '${node}' is in use by another locale2b server on this database: stop it, or give this one another --node-name`);
+    }
+    this.nodeClient = c;
+  }
+
   async close(): Promise<void> {
+    this.nodeClient?.release();
+    this.nodeClient = undefined;
     await this.pool.end();
   }
 }

@@ -18,6 +18,8 @@ import { packExt4, writeGuestBasics } from "../images/template-assemble.js";
 import { guestMkdir, readGuestFile, treeBytes, writeGuestFile } from "../images/template-fs.js";
 import { setCurrent } from "../images/template-store.js";
 import { addMountPoints } from "./export-root.js";
+import { DB_FILE } from "../config.js";
+import { ACTIVITY_DB_FILE } from "../store/activity-db.js";
 
 export interface NewImage {
   /** The image's key (`templates/<key>.current`). */
@@ -150,13 +152,18 @@ export async function removeOrphanImages(imagesDir: string, dataDir: string, kno
       ? Date.now() - builtAt > BASE_IMAGE_IDLE_MS
       : owner === undefined
         ? Date.now() - builtAt > 3600_000 // made before images named their server: left an hour to whoever may use it
-        : !existsSync(join(owner, "locale2b.db")) || (owner === dataDir && buildId !== undefined && !(await known(buildId)));
+        : !serverLives(owner) || (owner === dataDir && buildId !== undefined && !(await known(buildId)));
     if (!orphan) continue;
     await removeImage(imagesDir, key);
     removed.push(key);
     log?.(`removed image ${key} (${key.startsWith("@oci-") ? "a base image unused for a week" : `its server's template is gone${owner ? ` (${owner})` : ""}`})`);
   }
   return removed;
+}
+
+/** Whether the data dir of the server that built an image is still there (its SQLite store, or with Postgres its activity database). */
+function serverLives(dataDir: string): boolean {
+  return existsSync(join(dataDir, DB_FILE)) || existsSync(join(dataDir, ACTIVITY_DB_FILE));
 }
 
 /** Removes the image `key` (every folder of it and its `.current`). */
