@@ -46,7 +46,7 @@ export function missing(runtime: string, templates: string[], opts: { builds?: b
   if (runtime === "gvisor" && !findExecutable("runsc")) why.push("runsc (scripts/setup-host installs it)");
   const dir = benchImagesDir();
   for (const t of templates) if (!findTemplateImage(t, dir)) why.push(`the ${t} template in ${dir} (locale2b template build ${t})`);
-  if (opts.builds) {
+  if (opts.builds && !why.length) {
     // A build's image is about 1.5 GiB on the process runtime (its root and the copy with shifted ids) until deleted.
     const free = freeBytes(dir);
     if (free < 2 * GiB) why.push(`at least 2 GiB free in ${dir} (${(free / GiB).toFixed(1)} GiB now)`);
