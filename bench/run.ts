@@ -7,6 +7,7 @@ import { benchFiles } from "./files.js";
 import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
 import { benchStream } from "./stream.js";
+import { benchTemplates } from "./templates/index.js";
 import { benchVm } from "./vm/index.js";
 import { benchWorkspace } from "./workspace/index.js";
 
@@ -26,6 +27,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   workspace: benchWorkspace,
   "e2b-envd": benchE2bEnvd,
   runtimes: benchRuntimes,
+  templates: benchTemplates,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -60,6 +62,13 @@ e2b-envd (E2B's Go envd beside ours; needs root, Go and a copy of e2b-dev/infra,
   LOCALE2B_BENCH_E2B_ENVD        a prebuilt E2B envd binary instead
 runtimes (gvisor beside the process runtime; gvisor needs runsc, else it says "skipped"):
   LOCALE2B_BENCH_RUNTIMES_N=8    creates per runtime (5x as many execs)
+templates (the Template SDK, start commands, the Code Interpreter; root, the base and code-interpreter-v1 templates built in LOCALE2B_IMAGES_DIR, runsc for gvisor):
+  LOCALE2B_BENCH_TEMPLATE_PARTS  only these parts, e.g. "2,4" (1 build, 2 start command, 3 runCode round trip, 4 code-interpreter create)
+  LOCALE2B_BENCH_TEMPLATE_BUILDS=1   rounds of part 1 (a plain sandbox, a cold build, a cached build each)
+  LOCALE2B_BENCH_TEMPLATE_CREATES=10 creates from the warm pool / checkpoint per runtime (parts 2 and 4)
+  LOCALE2B_BENCH_TEMPLATE_COLD=3     cold creates beside them
+  LOCALE2B_BENCH_TEMPLATE_GVISOR_POOL=1  part 2 also on gvisor with a warm pool of restored sandboxes (a third build)
+  LOCALE2B_BENCH_RUNCODE_N=100   runCode round trips per variant (part 3, after 10 warm-up)
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

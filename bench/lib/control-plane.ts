@@ -137,10 +137,11 @@ export function killSandboxesSync(dataDir: string, extraIds: Iterable<string> = 
  * os.tmpdir() and a random API key, waits until GET /health answers, and
  * follows its log (stderr) for "sandbox created" timings. Extra node flags
  * for the server (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`) come from
- * LOCALE2B_BENCH_CP_NODE_ARGS. Whatever way the benchmark ends, the server,
+ * LOCALE2B_BENCH_CP_NODE_ARGS; `env` adds to (or overrides) this process's
+ * environment for it. Whatever way the benchmark ends, the server,
  * every sandbox it started and the data dir are removed.
  */
-export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeoutMs?: number } = {}): Promise<ControlPlaneChild> {
+export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<ControlPlaneChild> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' first`);
   const port = await freePort();
   const dataDir = mkdtempSync(join(tmpdir(), "locale2b-bench-cp-"));
@@ -168,7 +169,7 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
     ],
     {
       stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, LOCALE2B_API_KEY: apiKey, LOCALE2B_LOG_LEVEL: process.env.LOCALE2B_LOG_LEVEL ?? "info" },
+      env: { ...process.env, ...opts.env, LOCALE2B_API_KEY: apiKey, LOCALE2B_LOG_LEVEL: process.env.LOCALE2B_LOG_LEVEL ?? "info" },
     },
   );
   const forget = onCleanup(() => {

@@ -5,6 +5,7 @@ import { open, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { TemplateManifest } from "./layout.js";
 import { removeTree } from "./template-fs.js";
+import { pidAlive } from "../host/pids.js";
 
 /** `<name>-<hash16>`: the exact form of a built template's folder (so `base` never matches `base-python-…`). */
 export function templateIdPattern(name: string): RegExp {
@@ -112,15 +113,6 @@ function statSafe(file: string): number | undefined {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /**
  * Takes `<dir>/<name>.lock` (O_EXCL, holding our pid), waiting while another
  * live process holds it and taking over a lock whose process is gone.
@@ -150,7 +142,7 @@ export async function acquireLock(dir: string, name: string, opts: { timeoutMs?:
       else await new Promise((r) => setTimeout(r, 50));
       continue;
     }
-    if (!alive(pid)) {
+    if (!pidAlive(pid)) {
       await rm(file, { force: true }); // its builder died
       continue;
     }
@@ -173,6 +165,6 @@ export async function removeStaleTemps(dir: string, name: string): Promise<void>
   }
   for (const n of names) {
     const m = /^\.tmp-(.+)-([0-9a-f]{16})-(\d+)-[0-9a-f]+$/.exec(n);
-    if (m && m[1] === name && !alive(Number(m[3]))) await removeTree(join(dir, n));
+    if (m && m[1] === name && !pidAlive(Number(m[3]))) await removeTree(join(dir, n));
   }
 }

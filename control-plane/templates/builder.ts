@@ -110,7 +110,7 @@ export class TemplateBuilder {
       } else {
         const result = await this.steps(build, spec, base.boot.image, runtime, keys, state, work, say, signal);
         say("exporting the template's files", "finalize");
-        published = await this.publish(result.sandbox, runtime, image, base.boot.image, build, spec, signal).finally(() => result.sandbox.kill());
+        published = await this.publish(result.sandbox, runtime, image, base.boot.image, build, spec, signal, say).finally(() => result.sandbox.kill());
         final = result.state;
       }
       try {
@@ -287,13 +287,15 @@ export class TemplateBuilder {
   }
 
   /** The build sandbox's root as the new image `key`. */
-  private async publish(sandbox: BuildSandbox, runtime: Runtime, key: string, baseImage: string, build: TemplateBuildRecord, spec: BuildSpec, signal: AbortSignal): Promise<{ rootfsBytes: number }> {
+  private async publish(sandbox: BuildSandbox, runtime: Runtime, key: string, baseImage: string, build: TemplateBuildRecord, spec: BuildSpec, signal: AbortSignal, say: (message: string, step?: string, level?: BuildLogEntry["level"]) => void): Promise<{ rootfsBytes: number }> {
     const work = await imageWorkDir(this.d.imagesDir, key);
     try {
       const unpack = unpackInto(work.rootfs);
       const exported = await sandbox.run(EXPORT_SCRIPT, { user: "root", stdout: unpack.stdin, signal }).finally(() => unpack.stdin.end());
       await unpack.done;
       if (exported.exitCode !== 0) throw new BuildFailure(`exporting the files failed (exit ${exported.exitCode})${lines(exported.tail)}`, "finalize");
+      const changed = exported.tail.filter((l) => /changed as we read it|removed before we read it/.test(l));
+      if (changed.length) say(`files changed while they were exported (each is in the image as it was read): ${changed.join(" | ")}`, "finalize", "warn");
       await removeDeviceNodes(work.rootfs);
       await addMountPoints(work.rootfs);
       // What the steps left as the base had it is the base's file, shared (a hard link), not a copy.

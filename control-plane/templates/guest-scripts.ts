@@ -99,14 +99,21 @@ fi
 
 /**
  * The sandbox's root as a tar on stdout, what a runtime mounts over it left
- * out (/proc, /sys, /dev, /run and the files the runtime provides).
+ * out (/proc, /sys, /dev, /run and the files the runtime provides). GNU tar's
+ * exit 1 is a warning, not a failure: a file changed or went while it was
+ * read (a process a step left running; a read-only layer whose inode's
+ * change time moved when another build hard-linked it): the archive has each
+ * file as it was read, and the warnings go to the build log.
  */
 export const EXPORT_SCRIPT = `
 set -euf
 cd /
 ex="--exclude=./proc --exclude=./sys --exclude=./dev --exclude=./run --exclude=./etc/resolv.conf --exclude=./tmp/.l2b-*"
 if tar --version 2>/dev/null | grep -q GNU; then
-  exec tar --numeric-owner --xattrs --xattrs-include='*' -cpf - $ex .
+  rc=0
+  tar --numeric-owner --xattrs --xattrs-include='*' -cpf - $ex . || rc=$?
+  [ "$rc" -eq 1 ] && exit 0
+  exit "$rc"
 fi
 exec tar -cf - $ex .
 `;

@@ -8,6 +8,7 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { mustRun } from "../images/template-exec.js";
+import { pidAlive } from "../host/pids.js";
 
 /** What a build knows at a step besides its files. */
 export interface BuildState {
@@ -83,9 +84,10 @@ export class StepCache {
       return [];
     }
     const removed: string[] = [];
+    // Staging folders of builds cut short: their server is gone. Another live server's (a shared image cache) are its own.
     for (const n of names.filter((n) => n.startsWith(".tmp-"))) {
       const pid = Number(n.split("-").at(-2));
-      if (pid !== process.pid) {
+      if (pid !== process.pid && !pidAlive(pid)) {
         rmSync(join(this.dir, n), { recursive: true, force: true });
         removed.push(n);
       }

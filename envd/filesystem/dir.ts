@@ -7,6 +7,7 @@ import type { User, UserDb } from "../users.js";
 import { buildEntry } from "./entry.js";
 import { errnoOf, internal } from "./errors.js";
 import { shown } from "./raw-names.js";
+import { withDirLock } from "./dir-lock.js";
 
 /** How many entries of one directory are described concurrently. */
 const ENTRY_CONCURRENCY = 32;
@@ -96,7 +97,11 @@ async function describeChild(users: UserDb, path: Buffer, reportPath: string): P
  * `user` (when envd runs as root). Existing directories are left alone; a
  * file in the way is an error.
  */
-export async function ensureDirs(path: string, user: User): Promise<void> {
+export function ensureDirs(path: string, user: User): Promise<void> {
+  return withDirLock(() => ensureDirsLocked(path, user));
+}
+
+async function ensureDirsLocked(path: string, user: User): Promise<void> {
   const missing: string[] = [];
   let cur = path;
   for (;;) {

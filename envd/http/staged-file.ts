@@ -8,6 +8,7 @@ import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { uploadEnded, uploadStarted } from "../filesystem/tree-watcher.js";
 import { replaceMetadata } from "../filesystem/xattr.js";
+import { withDirLock } from "../filesystem/dir-lock.js";
 import type { User } from "../users.js";
 import { errnoCode, HttpError, isRoot } from "./common.js";
 import { receiveBody } from "./file-splice.js";
@@ -72,7 +73,11 @@ export class StagedFile {
    * creates missing parent directories owned by the user and picks the
    * temporary file's name. Nothing is written yet.
    */
-  static async create(path: string, user: User, users?: UserDb): Promise<StagedFile> {
+  static create(path: string, user: User, users?: UserDb): Promise<StagedFile> {
+    return withDirLock(() => StagedFile.createLocked(path, user, users));
+  }
+
+  private static async createLocked(path: string, user: User, users?: UserDb): Promise<StagedFile> {
     // The upload acts as its user: they must be able to write the file (or create it).
     if (users) {
       try {

@@ -44,6 +44,32 @@ describe("POST /files", () => {
     expect(readFileSync(join(dir, "abs/y.txt"), "utf8")).toBe("absolute!");
   });
 
+  it("many files into new folders in one multipart upload: every part lands, the folders are the user's (parts race to create them)", async () => {
+    // The parts are written concurrently: one part's folder is made (as root) and then given to the user while
+    // another part checks whether the user may write there. That check must never see the folder half made.
+    // Parts of some KiB: they arrive over several reads, so later parts are checked while earlier ones make folders.
+    const body = (i: number) => `content ${i} `.padEnd(6000, "x");
+    for (let round = 0; round < 10; round++) {
+      const form = new FormData();
+      const paths: string[] = [];
+      for (let i = 0; i < 32; i++) {
+        const rel = `race${round}/r${i % 8}/deeper/file-${i}.txt`;
+        paths.push(join(fx.home, rel));
+        form.append("file", new Blob([body(i)]), rel);
+      }
+      const r = await fetch(fx.envd.url + "/files", { method: "POST", body: form });
+      const res: Res = { status: r.status, headers: Object.fromEntries(r.headers), body: Buffer.from(await r.arrayBuffer()) };
+      expectUploaded(res, paths);
+      for (const [i, p] of paths.entries()) expect(readFileSync(p, "utf8")).toBe(body(i));
+      if (AS_ROOT) {
+        for (let d = 0; d < 8; d++) {
+          expect(statSync(join(fx.home, `race${round}/r${d}`)).uid).toBe(1000);
+          expect(statSync(join(fx.home, `race${round}/r${d}/deeper`)).uid).toBe(1000);
+        }
+      }
+    }
+  });
+
   it("multipart with a path query writes there; a second file part to the same path is a 400 and writes nothing", async () => {
     const dir = fresh();
     const one = multipart([{ filename: "ignored.txt", data: "via path" }]);

@@ -16,6 +16,7 @@ import { mkdir, readFile, readdir, rename, symlink, writeFile } from "node:fs/pr
 import { join } from "node:path";
 import { removeTree } from "../template-fs.js";
 import type { ImageConfig } from "./image-config.js";
+import { pidAlive } from "../../host/pids.js";
 
 export interface OciCache {
   root: string;
@@ -62,15 +63,6 @@ export async function findPulled(cache: OciCache, digest: string): Promise<{ dir
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /** Work folders of pulls whose process is gone (a crash, a SIGKILL): removed. */
 async function removeAbandoned(cache: OciCache): Promise<void> {
   let names: string[];
@@ -81,7 +73,7 @@ async function removeAbandoned(cache: OciCache): Promise<void> {
   }
   for (const name of names) {
     const pid = Number(/^(\d+)-/.exec(name)?.[1]);
-    if (pid && pid !== process.pid && !alive(pid)) await removeTree(join(cache.tmp, name)).catch(() => undefined);
+    if (pid && pid !== process.pid && !pidAlive(pid)) await removeTree(join(cache.tmp, name)).catch(() => undefined);
   }
 }
 
