@@ -4,6 +4,7 @@ import sqlite from "node-sqlite3-wasm";
 import { LIVE_STATES, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
+import { pidAlive } from "../host/pids.js";
 import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 
@@ -79,15 +80,6 @@ const MIGRATIONS: Migration[] = [
   ] },
 ];
 
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 function claimOwnership(path: string): void {
   const ownerFile = `${path}.owner`;
