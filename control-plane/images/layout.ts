@@ -16,6 +16,7 @@ import { setting } from "../settings.js";
  *   templates/<name>-<hash16>/rootfs/        the root filesystem as a directory (process runtime)
  *   templates/<name>-<hash16>/rootfs.ext4    the same, packed (VM runtimes' read-only base disk)
  *   templates/<name>-<hash16>/manifest.json  TemplateManifest
+ *   templates/<name>-<hash16>/.refs/         the sandboxes and snapshots that use this build (image-refs.ts)
  *   templates/<name>.current                 text file: the `<name>-<hash16>` last built
  *   kernels/<hash16>/vmlinux                 uncompressed ELF kernel with a PVH entry (qemu and firecracker)
  *   kernels/current                          text file: the `<hash16>` last built
@@ -82,10 +83,14 @@ export function findTemplateImage(name: string, dir = imagesDir()): GuestImage |
   } catch {
     return undefined;
   }
-  const root = join(templates, id);
+  return templateImageAt(join(templates, id), name);
+}
+
+/** The built image in the folder `dir` (`templates/<name>-<hash16>`), or undefined when it is not there (pruned, incomplete). */
+export function templateImageAt(dir: string, name?: string): GuestImage | undefined {
   try {
-    const manifest = JSON.parse(readFileSync(join(root, "manifest.json"), "utf8")) as TemplateManifest;
-    return { name, hash: manifest.hash, dir: root, rootfsDir: join(root, "rootfs"), rootfsImage: join(root, "rootfs.ext4"), manifest };
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8")) as TemplateManifest;
+    return { name: name ?? manifest.name, hash: manifest.hash, dir, rootfsDir: join(dir, "rootfs"), rootfsImage: join(dir, "rootfs.ext4"), manifest };
   } catch {
     return undefined;
   }

@@ -3,6 +3,7 @@
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { open, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { imageHeld } from "./image-refs.js";
 import type { TemplateManifest } from "./layout.js";
 import { removeTree } from "./template-fs.js";
 import { pidAlive } from "../host/pids.js";
@@ -65,7 +66,8 @@ export async function setCurrent(imagesDir: string, name: string, id: string): P
 
 /**
  * Removes older builds of `name` under `<imagesDir>/<kind>`, keeping the
- * `keep` newest and always `keepId`; returns the removed folders.
+ * `keep` newest, always `keepId`, and every build a sandbox, a pause to disk
+ * or a snapshot still uses (image-refs.ts); returns the removed folders.
  */
 export async function pruneBuilds(imagesDir: string, kind: "templates" | "layers", name: string, keepId: string, keep = 2): Promise<string[]> {
   const dir = join(imagesDir, kind);
@@ -83,7 +85,7 @@ export async function pruneBuilds(imagesDir: string, kind: "templates" | "layers
   const kept = new Set([keepId, ...byAge.filter((n) => n !== keepId).slice(0, keep - 1)]);
   const removed: string[] = [];
   for (const n of byAge) {
-    if (kept.has(n)) continue;
+    if (kept.has(n) || imageHeld(join(dir, n))) continue;
     await removeTree(join(dir, n));
     removed.push(n);
   }

@@ -9,6 +9,7 @@
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { carryHold } from "../images/image-refs.js";
 import type { Instance } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Transport } from "../transport/transport.js";
@@ -59,8 +60,12 @@ export async function pauseToDisk(d: FsPauseDeps, rec: SandboxRecord, inst: Inst
     await inst.snapshot(tmp, { kind: "filesystem", paused });
     rmSync(dest, { recursive: true, force: true });
     renameSync(tmp, dest);
+    // The kept files depend on the template build the sandbox runs on (a layer over it, or an overlay
+    // backed by it): they hold it now, before the sandbox's own directory (its hold) goes.
+    carryHold(d.dir(rec.id), dest, d.log);
   } catch (err) {
     rmSync(tmp, { recursive: true, force: true });
+    rmSync(dest, { recursive: true, force: true });
     throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}' to disk: ${(err as Error).message}`);
   }
   d.transport.get(rec.id)?.drop();

@@ -153,7 +153,8 @@ export class SandboxManager {
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
   hostMemory = (): { sandboxId: string; runtime: string; bytes: number }[] => this.instances.hostMemory();
 
-  private dir(id: string): string {
+  /** A sandbox's own directory (its runtime's files; what a snapshot of it depends on is recorded there: images/image-refs.ts). */
+  dir(id: string): string {
     return join(this.o.dataDir, "sandboxes", id);
   }
 

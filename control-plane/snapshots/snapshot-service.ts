@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
+import { carryHold } from "../images/image-refs.js";
 import { randomId } from "../manager/ids.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import { ControlPlaneError } from "../domain/errors.js";
@@ -111,8 +112,12 @@ export class SnapshotService {
           if (kind === "memory") this.o.manager.dropConnections(sandboxId);
         });
         renameSync(tmp, this.dir(build));
+        // The snapshot's files depend on the template build the sandbox runs on (a layer over it, or
+        // an overlay backed by it): that build stays while the snapshot does.
+        carryHold(this.o.manager.dir(sandboxId), this.dir(build), this.o.log);
       } catch (err) {
         rmSync(tmp, { recursive: true, force: true });
+        rmSync(this.dir(build), { recursive: true, force: true });
         this.o.log.error({ err, sandboxId }, "snapshot failed");
         throw new ControlPlaneError("internal", `failed to snapshot sandbox '${sandboxId}': ${(err as Error).message}`);
       }

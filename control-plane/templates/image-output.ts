@@ -12,6 +12,7 @@ import { chmod, chown, mkdir, readdir, readFile, rename, rm, stat, writeFile } f
 import { join, posix } from "node:path";
 import { ensureEnvdBundle } from "../images/envd-bundle.js";
 import { ensureInitBinary } from "../images/guest-init.js";
+import { imageHeld, imageHolders } from "../images/image-refs.js";
 import { ensureGuestRuntime, installGuestRuntime } from "../images/guest-runtime.js";
 import { GUEST, type TemplateManifest } from "../images/layout.js";
 import { packExt4, writeGuestBasics } from "../images/template-assemble.js";
@@ -127,7 +128,8 @@ const BASE_IMAGE_IDLE_MS = 7 * 24 * 3600_000;
  * Removes the images of template builds whose server is gone (a data dir
  * deleted with its templates: tests, a reinstall) or that this server no
  * longer has (`known`), and pulled base images unused for a week. Images of
- * another live server (its data dir is there) are never touched.
+ * another live server (its data dir is there) are never touched, nor any a
+ * sandbox or snapshot still uses (removeImage). Returns the removed keys.
  */
 export async function removeOrphanImages(imagesDir: string, dataDir: string, known: (buildId: string) => boolean | Promise<boolean>, log?: (line: string) => void): Promise<string[]> {
   const templates = join(imagesDir, "templates");
@@ -154,9 +156,14 @@ export async function removeOrphanImages(imagesDir: string, dataDir: string, kno
         ? Date.now() - builtAt > 3600_000 // made before images named their server: left an hour to whoever may use it
         : !serverLives(owner) || (owner === dataDir && buildId !== undefined && !(await known(buildId)));
     if (!orphan) continue;
-    await removeImage(imagesDir, key);
+    const why = key.startsWith("@oci-") ? "a base image unused for a week" : `its server's template is gone${owner ? ` (${owner})` : ""}`;
+    const kept = await removeImage(imagesDir, key);
+    if (kept.length) {
+      log?.(`kept image ${key} (${why}): still used by ${imageHolders(join(templates, n)).slice(0, 3).join(", ")}`);
+      continue;
+    }
     removed.push(key);
-    log?.(`removed image ${key} (${key.startsWith("@oci-") ? "a base image unused for a week" : `its server's template is gone${owner ? ` (${owner})` : ""}`})`);
+    log?.(`removed image ${key} (${why})`);
   }
   return removed;
 }
@@ -166,14 +173,22 @@ function serverLives(dataDir: string): boolean {
   return existsSync(join(dataDir, DB_FILE)) || existsSync(join(dataDir, ACTIVITY_DB_FILE));
 }
 
-/** Removes the image `key` (every folder of it and its `.current`). */
-export async function removeImage(imagesDir: string, key: string): Promise<void> {
+/**
+ * Removes the image `key`: its `.current` (no new sandbox starts on it) and
+ * every folder of it that no sandbox, build sandbox, pause to disk or
+ * snapshot uses (image-refs.ts). Returns the folders kept because one does:
+ * removeOrphanImages takes them once unused.
+ */
+export async function removeImage(imagesDir: string, key: string): Promise<string[]> {
   const templates = join(imagesDir, "templates");
   const names = await readdir(templates).catch(() => [] as string[]);
   const prefix = `${key}-`;
+  const kept: string[] = [];
+  await rm(join(templates, `${key}.current`), { force: true });
   for (const n of names) {
-    if (n === `${key}.current` || (n.startsWith(prefix) && /^[0-9a-f]{16}$/.test(n.slice(prefix.length)))) {
-      await rm(join(templates, n), { recursive: true, force: true });
-    }
+    if (!n.startsWith(prefix) || !/^[0-9a-f]{16}$/.test(n.slice(prefix.length))) continue;
+    if (imageHeld(join(templates, n))) kept.push(n);
+    else await rm(join(templates, n), { recursive: true, force: true });
   }
+  return kept;
 }

@@ -63,8 +63,8 @@ export interface TemplateServiceOptions {
   snapshotNamed?: (name: string) => Promise<boolean>;
   /** Whether a live sandbox or a snapshot boots this image (a template in use is not deleted). */
   imageInUse?: (image: string) => Promise<string | undefined>;
-  /** Removes a build's image from the image cache. */
-  removeImage?: (image: string) => Promise<void>;
+  /** Removes a build's image from the image cache; resolves with its folders kept because a sandbox or snapshot still uses them. */
+  removeImage?: (image: string) => Promise<string[]>;
   /** Removes images whose template is gone (image-output.ts removeOrphanImages). */
   removeOrphans?: () => Promise<void>;
   log: Logger;
@@ -373,7 +373,12 @@ export class TemplateService implements TemplateResolver {
     for (const b of await this.o.store.listTemplateBuilds(templateId)) {
       if (!b.result || tagged.has(b.id) || b.imageRemoved || (await this.o.imageInUse?.(b.result.image))) continue;
       try {
-        await this.o.removeImage?.(b.result.image);
+        const kept = (await this.o.removeImage?.(b.result.image)) ?? [];
+        if (kept.length) {
+          // A build sandbox (never in the store) or a sandbox started meanwhile runs on it: the next prune tries again.
+          this.o.log.info({ templateId, buildId: b.id, image: b.result.image, kept }, "the image of a build no tag points at is still in use: kept");
+          continue;
+        }
         await this.exclusive(async () => {
           const cur = await this.o.store.getTemplateBuild(b.id);
           if (cur) await this.o.store.putTemplateBuild({ ...cur, imageRemoved: true });
@@ -385,7 +390,6 @@ export class TemplateService implements TemplateResolver {
     }
   }
 
-  /** A build's log (in memory while the build runs). */
   /** A build's log (in memory while the build runs): `build` is its record as just read. */
   logOf(build: Pick<TemplateBuildRecord, "id" | "status">): BuildLog {
     let log = this.openLogs.get(build.id);

@@ -64,7 +64,7 @@ export function createTemplates(o: {
     },
     removeImage: async (image) => {
       await o.dropWarm?.(image);
-      await removeImage(o.imagesDir, image);
+      return removeImage(o.imagesDir, image);
     },
     log: o.log,
   });

@@ -1,11 +1,13 @@
 // The clean-up of template images in a shared image cache: images of builds
 // whose server is gone, or that their own server no longer has, and pulled
-// base images unused for a week go; another live server's images stay.
+// base images unused for a week go; another live server's images stay, and so does
+// an image a sandbox or snapshot still uses.
 import { mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { removeOrphanImages } from "../../control-plane/templates/image-output.js";
+import { holdImage } from "../../control-plane/images/image-refs.js";
+import { removeImage, removeOrphanImages } from "../../control-plane/templates/image-output.js";
 
 const root = mkdtempSync(join(tmpdir(), "locale2b-tplimg-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -50,5 +52,22 @@ describe("template image clean-up", () => {
     for (const d of keep) expect(existsSync(d), d).toBe(true);
     for (const d of drop) expect(existsSync(d), d).toBe(false);
     expect(existsSync(join(images, "templates", "@33333333-3333-4333-8333-333333333333.current"))).toBe(false);
+  });
+
+  it("keeps an image a sandbox or snapshot still uses (no new sandbox starts on it), and removes it once unused", async () => {
+    const images = join(root, "images-held");
+    const me = server("me-held");
+    const key = "@77777777-7777-4777-8777-777777777777";
+    const dir = image(images, key, { owner: me, buildId: "mine-deleted" });
+    const sandbox = join(root, "held-by", "sandbox");
+    holdImage(dir, sandbox);
+    expect(await removeImage(images, key)).toEqual([`${key}-0123456789abcdef`]);
+    expect(existsSync(join(images, "templates", `${key}.current`))).toBe(false);
+    expect(existsSync(dir)).toBe(true);
+    expect(await removeOrphanImages(images, me, () => false)).toEqual([]);
+    expect(existsSync(dir)).toBe(true);
+    rmSync(sandbox, { recursive: true, force: true }); // killed
+    expect(await removeOrphanImages(images, me, () => false)).toEqual([key]);
+    expect(existsSync(dir)).toBe(false);
   });
 });

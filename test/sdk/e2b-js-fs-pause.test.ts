@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { heldImage, imageHeld } from "../../control-plane/images/image-refs.js";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { rejection, setEnv, waitFor } from "../helpers/sdk.js";
@@ -55,7 +56,9 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     // Nothing of it runs: no instance, no sandbox directory; its files wait under paused/.
     expect(cp.manager["instances"].get(sbx.sandboxId)).toBeUndefined();
     expect(existsSync(sandboxDir(sbx.sandboxId))).toBe(false);
-    expect(readdirSync(pausedFiles(sbx.sandboxId))).toEqual(["disk.img"]);
+    // The writable layer's image, and the template build it is a layer over (kept while these files are: images/image-refs.ts).
+    expect(readdirSync(pausedFiles(sbx.sandboxId)).sort()).toEqual([".image", "disk.img"]);
+    expect(imageHeld(heldImage(pausedFiles(sbx.sandboxId))!)).toBe(true);
     expect(await sbx.pause({ keepMemory: false })).toBe(false);
     expect((await rejection(Sandbox.createSnapshot(sbx.sandboxId))).message).toMatch(/paused to disk: resume it first/);
 
@@ -94,7 +97,7 @@ describe.skipIf(skip !== undefined)(`filesystem-only pause${skip ? ` (skipped: $
     // The API says paused from the start of the pause (pausing): the server's own state says when it is done.
     await waitFor(() => cp.manager.get(sbx.sandboxId).state === "paused", "the timeout's pause");
     expect((await Sandbox.getInfo(sbx.sandboxId)).state).toBe("paused");
-    expect(readdirSync(pausedFiles(sbx.sandboxId))).toEqual(["disk.img"]);
+    expect(readdirSync(pausedFiles(sbx.sandboxId)).sort()).toEqual([".image", "disk.img"]);
     const back = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 600_000 });
     expect(await back.files.read("/home/user/auto.txt")).toBe("auto");
 

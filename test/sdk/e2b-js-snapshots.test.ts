@@ -236,8 +236,8 @@ describe.skipIf(skip !== undefined)(`snapshots${skip ? ` (skipped: ${skip})` : "
     const snap = await Sandbox.createSnapshot(src.sandboxId);
     const build = readdirSync(join(cp.dataDir, "snapshots"));
     expect(build.length).toBe(1);
-    // Only the writable layer's image, readable by the server alone.
-    expect(readdirSync(join(cp.dataDir, "snapshots", build[0]!))).toEqual(["disk.img"]);
+    // Only the writable layer's image and the template build it is a layer over, readable by the server alone.
+    expect(readdirSync(join(cp.dataDir, "snapshots", build[0]!)).sort()).toEqual([".image", "disk.img"]);
     expect(statSync(join(cp.dataDir, "snapshots", build[0]!)).mode & 0o077).toBe(0);
     const child = await create(snap.snapshotId);
     const srcAddr = /inet (\S+)\//.exec((await sh(src, "ip -4 -o addr show eth0")).out)![1]!;

@@ -46,7 +46,8 @@ describe.skipIf(missing !== undefined)(`qemu runtime: filesystem snapshots${miss
     if (specAvailable(CONTROL_PLANE_SPEC)) expect(validatorFor(CONTROL_PLANE_SPEC, "#/components/schemas/SnapshotInfo")(info)).toBe(true);
     expect(info.snapshotID).toBe("local/vm-snap:default");
     const build = readdirSync(join(cp.dataDir, "snapshots"));
-    expect(readdirSync(join(cp.dataDir, "snapshots", build[0]!))).toEqual(["disk.qcow2"]);
+    // The overlay, and the template build it is backed by (kept while the snapshot is: images/image-refs.ts).
+    expect(readdirSync(join(cp.dataDir, "snapshots", build[0]!)).sort()).toEqual([".image", "disk.qcow2"]);
     // The source runs on, its process too.
     expect((await src.commands.run("pgrep -x sleep >/dev/null && echo alive")).stdout).toBe("alive\n");
 
@@ -73,7 +74,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime: filesystem snapshots${miss
     // The filesystem-only pause: the VM is gone while paused, connect boots it again on its disk.
     await src.commands.run("sync");
     expect(await src.pause({ keepMemory: false })).toBe(true);
-    expect(readdirSync(join(cp.dataDir, "paused", src.sandboxId))).toEqual(["disk.qcow2"]);
+    expect(readdirSync(join(cp.dataDir, "paused", src.sandboxId)).sort()).toEqual([".image", "disk.qcow2"]);
     const back = await Sandbox.connect(src.sandboxId, { timeoutMs: 3_600_000 });
     expect(await back.files.read("/home/user/vm.txt")).toBe("from the vm");
     expect((await back.commands.run("pgrep -x sleep || echo none")).stdout).toBe("none\n");

@@ -1,11 +1,12 @@
 import { existsSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { basename, dirname } from "node:path";
+import { basename } from "node:path";
 import type { Logger } from "pino";
 import type { InstanceSpec, Runtime } from "../runtime.js";
 import type { SnapshotSource } from "../../domain/snapshot.js";
 import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
-import { findTemplateImage, imagesDir } from "../../images/layout.js";
+import { holdImage, sandboxImage } from "../../images/image-refs.js";
+import { findTemplateImage, imagesDir, type GuestImage } from "../../images/layout.js";
 import { groupRecordOf, openCgroup } from "../process/cgroup-detect.js";
 import { isRunning, procStat } from "../process/procfs.js";
 import { nameServers } from "../net/dns.js";
@@ -48,7 +49,7 @@ export class GvisorRuntime implements Runtime {
   private readonly warm: WarmImages;
 
   constructor(private readonly opts: GvisorRuntimeOptions = {}) {
-    this.warm = new WarmImages((spec) => this.start(spec));
+    this.warm = new WarmImages((spec) => this.start(spec, this.image(spec)));
   }
 
   private runscBin(): string {
@@ -83,6 +84,13 @@ export class GvisorRuntime implements Runtime {
     return this.opts.imagesDir ?? imagesDir();
   }
 
+  /** The build a sandbox runs on (a snapshot's own while it is there), or a clear error. */
+  private image(spec: InstanceSpec, fromDir?: string): GuestImage {
+    const image = sandboxImage(spec.templateId, this.images(), fromDir);
+    if (!image) throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
+    return image;
+  }
+
   private logLevel(): string {
     return this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL") ?? "info";
   }
@@ -97,7 +105,7 @@ export class GvisorRuntime implements Runtime {
     if (!existsSync(disk)) throw new SnapshotUnusableError(`the snapshot's disk image is missing (${disk})`);
     const checkpoint = from.kind === "memory" ? snapshotCheckpoint(from.dir) : undefined;
     if (checkpoint && !existsSync(checkpoint)) throw new SnapshotUnusableError(`the snapshot's checkpoint image is missing (${checkpoint})`);
-    return this.start(spec, { disk, checkpoint });
+    return this.start(spec, this.image(spec, from.dir), { disk, checkpoint });
   }
 
   /**
@@ -106,30 +114,29 @@ export class GvisorRuntime implements Runtime {
    * start of a shape builds that image in the background.
    */
   async create(spec: InstanceSpec): Promise<GvisorInstance> {
-    const image = setting("LOCALE2B_GVISOR_WARM_START") === "0" ? undefined : findTemplateImage(spec.templateId, this.images());
-    if (!image) return this.start(spec);
+    const image = this.image(spec);
+    if (setting("LOCALE2B_GVISOR_WARM_START") === "0") return this.start(spec, image);
     const root = WarmImages.root(spec.dir);
-    const key = warmKey(spec, basename(dirname(image.rootfsDir)));
+    const key = warmKey(spec, basename(image.dir));
     const warm = this.warm.ready(root, key);
     if (!warm) {
       this.warm.ensure(root, key, spec);
-      return this.start(spec);
+      return this.start(spec, image);
     }
     try {
-      const inst = await this.start(spec, warm);
+      const inst = await this.start(spec, image, warm);
       inst.warmedUp = spec.warmUp !== undefined;
       return inst;
     } catch (err) {
       spec.log.warn({ err }, "restoring the warm-start image failed: starting cold (the image is built again)");
       this.warm.discard(root, key);
-      return this.start(spec);
+      return this.start(spec, image);
     }
   }
 
-  private async start(spec: InstanceSpec, from?: { disk: string; checkpoint?: string }): Promise<GvisorInstance> {
+  /** Starts a sandbox on `image` (its rootfs the overlay's lower layer): fresh, or on a snapshot's disk (and checkpoint). */
+  private async start(spec: InstanceSpec, image: GuestImage, from?: { disk: string; checkpoint?: string }): Promise<GvisorInstance> {
     const bin = this.runscBin();
-    const image = findTemplateImage(spec.templateId, this.images());
-    if (!image) throw new RuntimeUnavailableError(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
     const noVeth = vethUnsupported();
     if (spec.egress && noVeth) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${noVeth}`);
     const layout = gvisorLayout(spec.dir);
@@ -141,6 +148,8 @@ export class GvisorRuntime implements Runtime {
     let net: NetRecord | undefined;
     let started = false;
     try {
+      // Its root is a layer over the build's files: that build stays while the sandbox (or a pause or snapshot of it) does.
+      holdImage(image.dir, layout.dir, spec.log);
       await mountRoot(layout, image.rootfsDir, spec.diskSizeMB, { hostname: spec.sandboxId, dns: netns ? nameServers() : [] }, from?.disk);
       if (netns) {
         await createNetns(netns);

@@ -6,7 +6,8 @@ import type { Logger } from "pino";
 import type { InstanceSpec, Runtime } from "../runtime.js";
 import type { SnapshotSource } from "../../domain/snapshot.js";
 import { copyImage, snapshotDiskPath } from "./disk-snapshot.js";
-import { findTemplateImage, GUEST, imagesDir } from "../../images/layout.js";
+import { holdImage, sandboxImage } from "../../images/image-refs.js";
+import { GUEST, imagesDir } from "../../images/layout.js";
 import { cliEntry } from "../paths.js";
 import { offerSpawnHelper } from "../../host/commands.js";
 import { probeHost, runtimePaths, type HostCapabilities } from "./capabilities.js";
@@ -126,13 +127,12 @@ export class ProcessRuntime implements Runtime {
   /** Sandbox mode: the template's root, its own disk, namespaces and network, started by the launcher. */
   private async createSandbox(spec: InstanceSpec, caps: HostCapabilities, from?: SnapshotSource): Promise<ProcessInstance> {
     if (caps.missing) throw new Error(`cannot start a sandbox: ${caps.missing}`);
-    const image = findTemplateImage(spec.templateId, this.opts.imagesDir ?? imagesDir());
+    const image = sandboxImage(spec.templateId, this.opts.imagesDir ?? imagesDir(), from?.dir);
     if (!image) throw new Error(`template '${spec.templateId}' is not built on this host: run \`locale2b template build ${spec.templateId}\``);
     const initBinary = join(image.rootfsDir, GUEST.init.slice(1));
     // The init also starts the host commands a sandbox's start and end need (ip, nft, mkfs.ext4), without forking the server.
     offerSpawnHelper(initBinary);
     const ids = this.idRange();
-    const rootfs = await shiftedRootfs(image, ids.base);
     const layout = sandboxLayout(spec.dir);
     mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
     chmodSync(layout.dir, 0o700);
@@ -141,6 +141,9 @@ export class ProcessRuntime implements Runtime {
     let launched: Awaited<ReturnType<typeof launchSandbox>> | undefined;
     let net: NetRecord | undefined;
     try {
+      // Its root is a layer over the build's files: that build stays while the sandbox (or a pause or snapshot of it) does.
+      holdImage(image.dir, layout.dir, spec.log);
+      const rootfs = await shiftedRootfs(image, ids.base);
       if (from) await copyImage(snapshotDiskPath(from.dir), layout.disk);
       else await createDisk(layout.disk, spec.diskSizeMB);
       cgroup = this.makeCgroup(spec, caps, cpuCount);

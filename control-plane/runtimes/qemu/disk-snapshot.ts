@@ -58,17 +58,23 @@ export async function backupDisk(qmp: Qmp, dest: string, timeoutMs = 30 * 60_000
 }
 
 /**
- * Why a snapshot's overlay cannot boot, or undefined: its backing file (the
- * template build it was taken on) is gone, e.g. pruned after the template
- * was rebuilt twice.
+ * A snapshot overlay's backing file (the template build's rootfs.ext4 it was
+ * taken on; absent for an overlay without one), or why it cannot boot: that
+ * file is gone (a snapshot taken before builds in use were kept, its build
+ * pruned after the template was rebuilt twice).
  */
-export function missingBacking(qemuImg: string, disk: string): string | undefined {
+export function snapshotBacking(qemuImg: string, disk: string): { backing?: string; problem?: string } {
   const r = spawnSync(qemuImg, ["info", "--output=json", "-U", disk], { encoding: "utf8" });
-  if (r.status !== 0) return `cannot read the snapshot's disk ${disk}: ${(r.stderr || r.error?.message || "").trim()}`;
+  if (r.status !== 0) return { problem: `cannot read the snapshot's disk ${disk}: ${(r.stderr || r.error?.message || "").trim()}` };
   const info = JSON.parse(r.stdout) as { "full-backing-filename"?: string; "backing-filename"?: string };
   const backing = info["full-backing-filename"] ?? info["backing-filename"];
   if (backing && !existsSync(backing)) {
-    return `the template image this snapshot was taken on (${backing}) is gone (the template was rebuilt since and that build pruned): take the snapshot again`;
+    return { problem: `the template image this snapshot was taken on (${backing}) is gone (the template was rebuilt since and that build pruned): take the snapshot again` };
   }
-  return undefined;
+  return backing ? { backing } : {};
+}
+
+/** Why a snapshot's overlay cannot boot, or undefined (snapshotBacking). */
+export function missingBacking(qemuImg: string, disk: string): string | undefined {
+  return snapshotBacking(qemuImg, disk).problem;
 }

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { readFileSync, rmSync, statSync } from "node:fs";
 import type { Logger } from "pino";
+import { releaseImage } from "../../images/image-refs.js";
 import { tailLines } from "../../host/log-tail.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { DeathWatch } from "../death-watch.js";
@@ -132,6 +133,7 @@ export class QemuInstance implements Instance {
     await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
+    releaseImage(l.dir); // its disk, the overlay on the build's image, is gone
     if (this.o.tap) await releaseDevice(this.o.tap.name, this.sandboxId);
   }
 

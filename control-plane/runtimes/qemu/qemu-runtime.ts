@@ -1,15 +1,16 @@
 import { spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { accelFor } from "../../host/accel.js";
 import { spawnDetached } from "../../host/detached.js";
 import { findExecutable } from "../../host/executables.js";
-import { findKernel, findTemplateImage, imagesDir } from "../../images/layout.js";
+import { holdImage } from "../../images/image-refs.js";
+import { findKernel, findTemplateImage, imagesDir, templateImageAt } from "../../images/layout.js";
 import type { InstanceSpec, Runtime } from "../runtime.js";
 import type { SnapshotSource } from "../../domain/snapshot.js";
 import { copyImage } from "../process/disk-snapshot.js";
-import { missingBacking, snapshotDiskPath } from "./disk-snapshot.js";
+import { snapshotBacking, snapshotDiskPath } from "./disk-snapshot.js";
 import { isRunning, procStat, waitFor } from "../process/procfs.js";
 import { hostTscKHz, qemuArgs, vhostVsockArgs, vmLayout, type VmLayout } from "./command.js";
 import { QemuInstance, type PersistedQemuInstance, type VmProcess } from "./instance.js";
@@ -97,15 +98,16 @@ export class QemuRuntime implements Runtime {
     return notes;
   }
 
-  /** A VM booting on a copy of a filesystem snapshot's overlay (its backing file is still the template's image). */
+  /** A VM booting on a copy of a filesystem snapshot's overlay (its backing file is still the template build it was taken on). */
   async createFromSnapshot(spec: InstanceSpec, from: SnapshotSource): Promise<QemuInstance> {
     if (from.kind !== "filesystem") throw new SnapshotUnusableError(`the qemu runtime cannot start from a ${from.kind} snapshot`);
-    const problem = missingBacking((await this.resolveTools()).qemuImg, snapshotDiskPath(from.dir));
+    const disk = snapshotDiskPath(from.dir);
+    const { backing, problem } = snapshotBacking((await this.resolveTools()).qemuImg, disk);
     if (problem) throw new SnapshotUnusableError(problem);
-    return this.create(spec, snapshotDiskPath(from.dir));
+    return this.create(spec, { disk, imageDir: backing && dirname(backing) });
   }
 
-  async create(spec: InstanceSpec, fromDisk?: string): Promise<QemuInstance> {
+  async create(spec: InstanceSpec, from?: { disk: string; imageDir?: string }): Promise<QemuInstance> {
     const t = await this.resolveTools();
     const image = findTemplateImage(spec.templateId, this.images());
     if (!image) {
@@ -114,7 +116,10 @@ export class QemuRuntime implements Runtime {
     const layout = vmLayout(spec.dir);
     mkdirSync(layout.dir, { recursive: true, mode: 0o700 });
     for (const p of [layout.vhostUser, layout.vsock, layout.qmp]) rmSync(p, { force: true });
-    if (fromDisk) await copyImage(fromDisk, layout.disk);
+    // The disk is an overlay on a build's rootfs.ext4: that build stays while the sandbox (or a pause or snapshot of it) does.
+    const backingDir = from ? from.imageDir : image.dir;
+    if (backingDir && templateImageAt(backingDir)) holdImage(backingDir, layout.dir, spec.log);
+    if (from) await copyImage(from.disk, layout.disk);
     else {
       const img = spawnSync(t.qemuImg, ["create", "-q", "-f", "qcow2", "-F", "raw", "-b", image.rootfsImage, layout.disk], { encoding: "utf8" });
       if (img.status !== 0) throw new Error(`cannot create the sandbox's disk overlay: ${(img.stderr || img.error?.message || "").trim()}`);
