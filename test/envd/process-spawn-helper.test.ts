@@ -76,7 +76,7 @@ describe("the spawn helper itself", () => {
     const child = await startHttpChild({
       name: "envd without CAP_SYS_PTRACE",
       command: "setpriv",
-      args: ["--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", process.execPath, join(ROOT, "dist/control-plane/cli/main.js"), "envd", "--listen", `tcp://127.0.0.1:${port}`],
+      args: ["--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", process.execPath, join(ROOT, "dist/control-plane/cli/main.js"), "envd", "--listen", `tcp://127.0.0.1:${port}`, "--user", "root"],
       port,
       env: { ...process.env, LOCALE2B_LOG_LEVEL: "warn" },
     });

@@ -36,6 +36,7 @@ import {
   type RunningInit,
 } from "../helpers/guest-init.js";
 import { run } from "../helpers/process.js";
+import { SELF } from "../helpers/accounts.js";
 
 const MiB = 1024 * 1024;
 if (!hasGcc) console.warn("test/rootfs/init.test.ts: skipping the guest init tests: gcc is missing (install gcc and libc6-dev: scripts/setup-host)");
@@ -251,7 +252,7 @@ describe.skipIf(!hasGcc)("guest init under a small open-files limit", () => {
     const host = join(dir, "host.sock");
     const envdSocket = join(dir, "envd.sock");
     const args = ["--no-mounts", "--hybrid-listen", host, "--envd-socket", envdSocket, "--envd-cmd", process.execPath];
-    for (const a of [cliEntry(), "envd", "--listen", `unix://${envdSocket}`]) args.push("--envd-arg", a);
+    for (const a of [cliEntry(), "envd", "--listen", `unix://${envdSocket}`, "--user", SELF.name]) args.push("--envd-arg", a);
     // 200 descriptors: room for ~84 connections at a time; 400 arrive at once.
     const init = startInit("/bin/sh", ["-c", 'ulimit -n 200 && exec "$@"', "sh", binary, ...args]);
     try {
