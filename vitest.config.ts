@@ -9,5 +9,12 @@ export default defineConfig({
     // Suites start real servers and processes; the machines have 2 cores.
     maxWorkers: 2,
     fileParallelism: true,
+    tags: [
+      {
+        name: "host-envd",
+        description:
+          "runs envd on the host (a file's `// @module-tag host-envd`): with LOCALE2B_TEST_HOST_USER=1 scripts/test.mjs runs these again with a host account named `user` added, or removed if the host has one (scripts/host-user.sh, test/helpers/accounts.ts)",
+      },
+    ],
   },
 });

@@ -123,7 +123,8 @@ describe.skipIf(!isRoot)("process runtime with a cgroup v2 parent (needs root: s
   });
 });
 
-describe.skipIf(!isRoot)("process runtime without namespaces (needs root: skipped when not root)", () => {
+// host-envd: envd on the host itself, as root (test/helpers/accounts.ts).
+describe.skipIf(!isRoot)("process runtime without namespaces (needs root: skipped when not root)", { tags: ["host-envd"] }, () => {
   it("runs envd unisolated when namespaces are unavailable, and still kills it all", async () => {
     const rt = new ProcessRuntime({ forceMode: "none" });
     const id = newId();

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd's own choice of default user (envd --help): run as root it acts as
 // `user` when its passwd has that account (every sandbox image has it), else
 // as root; run as anyone else, as itself. The rest of the suite names the user

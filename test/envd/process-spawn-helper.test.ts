@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd's process suites again as envd runs in every sandbox: every process
 // started by the init's spawn helper (`locale2b-init --spawn-helper`,
 // rootfs/init/spawn.c; the init tells envd where it is, LOCALE2B_SPAWN_HELPER),

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import { Code, ConnectError } from "@connectrpc/connect";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";

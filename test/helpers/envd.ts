@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { Filesystem } from "../../gen/ts/filesystem/filesystem_pb.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startEnvd, type EnvdOptions, type RunningEnvd } from "../../envd/main.js";
-import { SELF, testEtc } from "./accounts.js";
+import { requireHostEnvdTag, SELF, testEtc } from "./accounts.js";
 
 export interface TestEnvd extends RunningEnvd {
   url: string;
@@ -22,6 +22,7 @@ export interface TestEnvd extends RunningEnvd {
  * depends on the host's accounts (test/helpers/accounts.ts).
  */
 export async function startTestEnvd(opts: Partial<EnvdOptions> = {}): Promise<TestEnvd> {
+  requireHostEnvdTag();
   const dir = mkdtempSync(join(tmpdir(), "locale2b-test-"));
   // envd acts as the requesting user: other users must be able to reach what tests make here.
   chmodSync(dir, 0o755);

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd under a burst of Start streams, reached as the control plane reaches
 // it (hybrid-vsock handshake on a Unix socket, pooled HTTP/1.1 connections):
 // every stream gets its response headers, and a new connection its handshake

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The guest init (rootfs/init/*.c): built with ensureInitBinary, run as an
 // ordinary process in process mode (hybrid-vsock Unix socket in front, this
 // repo's envd behind), and driven through the same dialer the control plane

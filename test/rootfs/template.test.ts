@@ -367,7 +367,8 @@ async function startEnvd(args: string[]): Promise<{ url: string; ms: number; cod
   return { url, ms, codeCache, stop: () => child.kill("SIGTERM") };
 }
 
-describe("envd bundle", () => {
+// host-envd: starts envd on the host (test/helpers/accounts.ts).
+describe("envd bundle", { tags: ["host-envd"] }, () => {
   it("bundles envd into one file with its V8 code cache, started by envd.js: it starts and answers /health", async () => {
     const images = join(scratch, "images");
     const b = await ensureEnvdBundle(images);
