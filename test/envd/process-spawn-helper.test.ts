@@ -72,7 +72,10 @@ describe("the spawn helper itself", () => {
 
   // envd as root WITHOUT CAP_SYS_PTRACE (as in a sandbox's user namespace): /proc/<helper>/fd then
   // follows the helper's dumpable flag, which a child changing its uid clears for an instant.
-  it.skipIf(process.getuid?.() !== 0)("many concurrent commands as another user, from an envd without CAP_SYS_PTRACE, all start", async () => {
+  // It runs as a command, so it reads the host's /etc/passwd: `nobody` must be there.
+  const hostNobody = /^nobody:/m.test(readFileSync("/etc/passwd", "utf8"));
+  if (!hostNobody) console.warn("process-spawn-helper.test.ts: skipping the envd-without-CAP_SYS_PTRACE test: this host's /etc/passwd has no `nobody`");
+  it.skipIf(process.getuid?.() !== 0 || !hostNobody)("many concurrent commands as another user, from an envd without CAP_SYS_PTRACE, all start", async () => {
     const port = await freePort();
     const child = await startHttpChild({
       name: "envd without CAP_SYS_PTRACE",
