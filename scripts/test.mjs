@@ -10,6 +10,9 @@
 // Extra arguments go to vitest:
 //   npm test -- test/envd/reflection.test.ts
 // LOCALE2B_TEST_NO_CHECKS=1 skips (1) and (2) for a quicker loop.
+// LOCALE2B_TEST_HOST_USER=1 runs the tests tagged host-envd (they run envd on the
+// host) a second time, with a host account named `user` if the host has none and
+// without it if it has one (scripts/host-user.sh).
 // LOCALE2B_TEST_NO_PYTHON=1 skips (4); LOCALE2B_PYTEST_ARGS adds arguments to
 // pytest (e.g. "-k pty -x"); LOCALE2B_PYTHON_VENV overrides the venv path.
 import { spawnSync } from "node:child_process";
@@ -122,34 +125,82 @@ if (process.env.LOCALE2B_TEST_NO_VM === "1") {
   if (!ci.ok) fail(`code-interpreter-v1 template build (exit ${ci.code})`);
 }
 
-// 3: tests, with a JSON report beside the usual output.
-const dir = mkdtempSync(join(tmpdir(), "locale2b-vitest-"));
-const reportFile = join(dir, "report.json");
-try {
-  const vitest = run("tests", bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${reportFile}`, ...process.argv.slice(2)]);
-  if (!existsSync(reportFile)) {
-    fail(`vitest wrote no report (exit ${vitest.code})`);
-  } else {
+/**
+ * Runs vitest (`cmd args…`, with a JSON report added) and counts its report, test names prefixed by `label`.
+ * `countSkips` false: tests it did not run are not counted (a second pass over tests the first counted).
+ * Returns the exit code when vitest wrote no report, else undefined.
+ */
+function runVitest(title, cmd, args, { label = "", countSkips = true } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "locale2b-vitest-"));
+  const reportFile = join(dir, "report.json");
+  try {
+    const vitest = run(title, cmd, [...args, "--reporter=default", "--reporter=json", `--outputFile.json=${reportFile}`]);
+    if (!existsSync(reportFile)) return vitest.code;
     const report = JSON.parse(readFileSync(reportFile, "utf8"));
     const failedBefore = failed;
     passed += report.numPassedTests;
     failed += report.numFailedTests;
-    skipped += report.numPendingTests + report.numTodoTests;
+    if (countSkips) skipped += report.numPendingTests + report.numTodoTests;
     for (const file of report.testResults) {
-      const name = relative(root, file.name);
+      const name = `${label}${relative(root, file.name)}`;
       for (const t of file.assertionResults) {
         if (t.status === "failed") failures.push(`${name} > ${t.fullName}`);
-        else if (t.status !== "passed") skips.push(`${name} > ${t.fullName} [${t.status}]`);
+        else if (t.status !== "passed" && countSkips) skips.push(`${name} > ${t.fullName} [${t.status}]`);
       }
       // A failed file without a failed test: it did not load, or a hook threw.
       if (file.status === "failed" && !file.assertionResults.some((t) => t.status === "failed")) {
         fail(`${name}: ${file.message || "failed outside any test (a beforeAll/afterAll hook?)"}`);
       }
     }
-    if (!vitest.ok && failed === failedBefore) fail(`vitest exited with ${vitest.code} though no test failed (unhandled errors?)`);
+    if (!vitest.ok && failed === failedBefore) fail(`${label}vitest exited with ${vitest.code} though no test failed (unhandled errors?)`);
+    return undefined;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
-} finally {
-  rmSync(dir, { recursive: true, force: true });
+}
+
+// 3: tests, with a JSON report beside the usual output.
+{
+  const code = runVitest("tests", bin("vitest"), ["run", ...process.argv.slice(2)]);
+  if (code !== undefined) fail(`vitest wrote no report (exit ${code})`);
+}
+
+// 3b: with LOCALE2B_TEST_HOST_USER=1 (.ci/run sets it), the tests that run envd on the host (vitest tag
+// host-envd) again, the other way round about an ordinary account named `user`, which many VM images have:
+// added if the host has none, removed if it has one (scripts/host-user.sh: a private mount namespace; the
+// host's accounts are not touched). envd run as root acts as `user` when that account exists: these tests
+// must pass either way (issue 26). Counted under "[host user] " or "[no host user] "; what they skip was
+// counted by step 3.
+function hostEnvdFiles() {
+  const found = [];
+  const walk = (d) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".test.ts") && readFileSync(p, "utf8").includes("host-envd")) found.push(relative(root, p));
+    }
+  };
+  walk(join(root, "test"));
+  // Only those the run's own filters (`npm test -- test/envd`) name, if any.
+  const filters = process.argv.slice(2).filter((a) => !a.startsWith("-"));
+  return found.sort().filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)));
+}
+if (process.env.LOCALE2B_TEST_HOST_USER === "1") {
+  const files = hostEnvdFiles();
+  const hostHasUser = /^user:/m.test(readFileSync("/etc/passwd", "utf8"));
+  const [mode, label, what] = hostHasUser ? ["without", "[no host user] ", "without the host's account named `user`"] : ["with", "[host user] ", "with a host account named `user`"];
+  const why = process.getuid?.() !== 0 ? "needs root (a private mount namespace)" : files.length === 0 ? "no test file tagged host-envd among those asked for" : undefined;
+  if (why) {
+    skipped++;
+    skips.push(`${label}the tests tagged host-envd again ${what}: ${why}`);
+  } else {
+    const script = join(root, "scripts", "host-user.sh");
+    const code = runVitest(`tests that run envd on the host, ${what}`, "bash", [script, mode, bin("vitest"), "run", "--tagsFilter", "host-envd", ...files], {
+      label,
+      countSkips: false,
+    });
+    if (code !== undefined) fail(`${label}vitest wrote no report (exit ${code}; scripts/host-user.sh exits 3 or 4 saying why)`);
+  }
 }
 
 // 4: the real Python e2b SDK against a real control plane (test/python).

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The firecracker runtime, driven directly against a MOCK Firecracker
 // (test/helpers/mock-firecracker.ts): Firecracker cannot run on this
 // project's machines (no binary, no hardware KVM). The mock validates every

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // Snapshots and forks of Firecracker microVMs (E2B's snapshot API, fork),
 // driven against the MOCK Firecracker (test/helpers/mock-firecracker.ts):
 // Firecracker cannot run on this project's machines. Every request is

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The manager's lifecycle edge cases, fast: a stand-in runtime (real envd per
 // sandbox, scripted pause/resume/death; test/helpers/stand-in-runtime.ts)
 // behind a real control plane, driven through the REST API and the E2B SDK.

@@ -123,16 +123,19 @@ describe.skipIf(!isRoot)("process runtime with a cgroup v2 parent (needs root: s
   });
 });
 
-describe.skipIf(!isRoot)("process runtime without namespaces (needs root: skipped when not root)", () => {
+// host-envd: envd on the host itself, as root (test/helpers/accounts.ts).
+describe.skipIf(!isRoot)("process runtime without namespaces (needs root: skipped when not root)", { tags: ["host-envd"] }, () => {
   it("runs envd unisolated when namespaces are unavailable, and still kills it all", async () => {
     const rt = new ProcessRuntime({ forceMode: "none" });
     const id = newId();
     const dir = join(dataDir, "sandboxes", id);
     mkdirSync(dir, { recursive: true });
     const inst = await rt.create({ sandboxId: id, templateId: "base", cpuCount: 1, memoryMB: 256, diskSizeMB: 1024, dir, allowInternetAccess: true, log });
-    expect(inst.defaultUser).toBeUndefined();
+    // On the host, as the control plane's own user (root here), whether or not the host has an account named `user`.
+    expect(inst.defaultUser).toBe("root");
     const s = await attach(id, dir, inst);
     expect(await s.sh("whoami")).toBe("root");
+    expect(await s.sh("pwd")).toBe("/root");
     expect(await s.sh("hostname")).not.toBe(id);
     const child = Number(await s.sh("sleep 300 >/dev/null 2>&1 & echo $!"));
     await inst.kill();

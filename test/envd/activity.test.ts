@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // locale2b.envd.v1.ActivityService: envd reports processes and file
 // transfers, whichever client caused them, with a replayable cursor.
 import { create } from "@bufbuild/protobuf";

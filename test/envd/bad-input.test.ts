@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import http from "node:http";
 import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import { Code } from "@connectrpc/connect";
 import { setAttribute } from "@napi-rs/xattr";
 import { randomBytes } from "node:crypto";

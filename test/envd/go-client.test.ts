@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // Runs the Go client tests (test/go, connect-go over the generated gen/go
 // code) against a real envd, through the control plane's envd proxy, and
 // against the control plane's TemplateService (test/go/controlplane).

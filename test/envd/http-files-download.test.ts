@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // GET /files against a real envd: identity and gzip, ranges, conditional requests, names, errors.
 import { createHash, randomBytes } from "node:crypto";
 import { statSync, utimesSync, writeFileSync } from "node:fs";

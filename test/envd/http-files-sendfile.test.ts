@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // GET /files of a large file as envd serves it in a sandbox: with sendfile(2)
 // through the init binary (`locale2b-init --sendfile`, envd/http/file-sendfile.ts),
 // the bytes never pass through envd. Whole files and ranges arrive intact,

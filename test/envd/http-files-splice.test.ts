@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // POST /files of a large body as envd receives it in a sandbox: with splice(2)
 // through the init binary (`locale2b-init --receive`, envd/http/file-splice.ts),
 // the bytes never pass through envd. Bodies arrive intact however the client

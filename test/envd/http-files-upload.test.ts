@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // POST /files against a real envd: raw and multipart uploads, gzip, metadata, replacement in place, aborts, full disks.
 import { getAttribute, listAttributes } from "@napi-rs/xattr";
 import { createHash, randomBytes } from "node:crypto";

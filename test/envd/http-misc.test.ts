@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, statfsSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";

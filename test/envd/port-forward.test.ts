@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd's user-port forwarder (envd/server/port-forward.ts) on its unix+vsock
 // listener, dialled as the control plane does (dialGuestPort): it connects to
 // a port only when a process of the sandbox owns the listening socket. Here

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd's process suites again as envd runs in every sandbox: every process
 // started by the init's spawn helper (`locale2b-init --spawn-helper`,
 // rootfs/init/spawn.c; the init tells envd where it is, LOCALE2B_SPAWN_HELPER),
@@ -71,12 +72,15 @@ describe("the spawn helper itself", () => {
 
   // envd as root WITHOUT CAP_SYS_PTRACE (as in a sandbox's user namespace): /proc/<helper>/fd then
   // follows the helper's dumpable flag, which a child changing its uid clears for an instant.
-  it.skipIf(process.getuid?.() !== 0)("many concurrent commands as another user, from an envd without CAP_SYS_PTRACE, all start", async () => {
+  // It runs as a command, so it reads the host's /etc/passwd: `nobody` must be there.
+  const hostNobody = /^nobody:/m.test(readFileSync("/etc/passwd", "utf8"));
+  if (!hostNobody) console.warn("process-spawn-helper.test.ts: skipping the envd-without-CAP_SYS_PTRACE test: this host's /etc/passwd has no `nobody`");
+  it.skipIf(process.getuid?.() !== 0 || !hostNobody)("many concurrent commands as another user, from an envd without CAP_SYS_PTRACE, all start", async () => {
     const port = await freePort();
     const child = await startHttpChild({
       name: "envd without CAP_SYS_PTRACE",
       command: "setpriv",
-      args: ["--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", process.execPath, join(ROOT, "dist/control-plane/cli/main.js"), "envd", "--listen", `tcp://127.0.0.1:${port}`],
+      args: ["--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", process.execPath, join(ROOT, "dist/control-plane/cli/main.js"), "envd", "--listen", `tcp://127.0.0.1:${port}`, "--user", "root"],
       port,
       env: { ...process.env, LOCALE2B_LOG_LEVEL: "warn" },
     });

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // Start and Connect over HTTP/1.1 Connect take envd's own stream writer (envd/server/process-streams.ts):
 // its answers must be connect-es's, byte for byte, and large outputs must arrive whole, in order, with back-pressure.
 import { create, fromBinary, fromJsonString, toBinary, toJsonString } from "@bufbuild/protobuf";

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import { Code, ConnectError } from "@connectrpc/connect";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -80,9 +81,10 @@ describe("process semantics", () => {
 
   it("runs as the Basic-auth user and refuses unknown users", async () => {
     const { process } = clients(envd.url);
-    const cmd = "id -un; echo $HOME $USER";
+    // The uid, and HOME and USER from envd's passwd (the test's own: test/helpers/accounts.ts), not the host's name for it.
+    const cmd = "id -u; echo $HOME $USER";
     const r = await run(process, cmd, { process: { cmd: "/bin/sh", args: ["-c", cmd], cwd: "/tmp" } }, basicAuth("nobody"));
-    expect(r.stdout).toBe("nobody\n/nonexistent nobody\n");
+    expect(r.stdout).toBe("65534\n/nonexistent nobody\n");
     // envd resolves the default cwd to the user's home, which must exist.
     expect(await codeOf(run(process, "true", {}, basicAuth("nobody")))).toBe(Code.InvalidArgument);
     expect(await codeOf(run(process, "true", {}, basicAuth("no-such-user")))).toBe(Code.Unauthenticated);

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // gRPC server reflection: `buf curl` without --schema against a real envd,
 // and the reflection service itself through the generated TS client.
 import { create, createFileRegistry, fromBinary } from "@bufbuild/protobuf";

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

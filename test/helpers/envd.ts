@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { Filesystem } from "../../gen/ts/filesystem/filesystem_pb.js";
 import { Process } from "../../gen/ts/process/process_pb.js";
 import { startEnvd, type EnvdOptions, type RunningEnvd } from "../../envd/main.js";
+import { requireHostEnvdTag, SELF, testEtc } from "./accounts.js";
 
 export interface TestEnvd extends RunningEnvd {
   url: string;
@@ -13,18 +14,34 @@ export interface TestEnvd extends RunningEnvd {
   dir: string;
 }
 
-/** Starts a real envd on 127.0.0.1 with a random port. */
+/**
+ * Starts a real envd on 127.0.0.1 with a random port, acting as SELF (the
+ * user the tests run as, who owns `dir`) unless `opts.defaultUser` names
+ * another (given as undefined: envd picks, as without --user), with the
+ * accounts of testEtc() unless `opts.etc` gives others: what it does never
+ * depends on the host's accounts (test/helpers/accounts.ts).
+ */
 export async function startTestEnvd(opts: Partial<EnvdOptions> = {}): Promise<TestEnvd> {
+  requireHostEnvdTag();
   const dir = mkdtempSync(join(tmpdir(), "locale2b-test-"));
   // envd acts as the requesting user: other users must be able to reach what tests make here.
   chmodSync(dir, 0o755);
-  const envd = await startEnvd({ listen: ["tcp://127.0.0.1:0"], ...opts });
+  const etc = opts.etc ? undefined : testEtc();
+  let envd: RunningEnvd;
+  try {
+    envd = await startEnvd({ listen: ["tcp://127.0.0.1:0"], defaultUser: SELF.name, etc: etc?.dir, ...opts });
+  } catch (err) {
+    etc?.remove();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   return {
     ...envd,
     url: envd.url!,
     dir,
     async close() {
       await envd.close();
+      etc?.remove();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -9,6 +9,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { cliEntry } from "../../control-plane/runtimes/paths.js";
+import { requireHostEnvdTag, SELF } from "./accounts.js";
 
 export const hasGcc = spawnSync(process.env.CC || "gcc", ["--version"], { stdio: "ignore" }).status === 0;
 
@@ -50,8 +51,10 @@ export function startInit(file: string, args: string[]): RunningInit {
 
 /** Process mode with this repo's envd (`node dist/control-plane/cli/main.js envd`) behind the bridge. */
 export function startInitWithEnvd(binary: string, dir: string, extra: string[] = []): RunningInit {
+  requireHostEnvdTag();
   const envdSocket = join(dir, "envd.sock");
-  const envd = [cliEntry(), "envd", "--listen", `unix://${envdSocket}`];
+  // As the tests' own user, whatever accounts the host has (test/helpers/accounts.ts).
+  const envd = [cliEntry(), "envd", "--listen", `unix://${envdSocket}`, "--user", SELF.name];
   return startInit(binary, [
     "--no-mounts",
     "--hybrid-listen",

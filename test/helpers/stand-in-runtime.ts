@@ -12,6 +12,7 @@ import { SnapshotUnusableError } from "../../control-plane/runtimes/errors.js";
 import type { Instance, InstanceSpec, InstanceStats, Runtime } from "../../control-plane/runtimes/runtime.js";
 import type { PausePolicy } from "../../control-plane/transport/endpoint.js";
 import type { SnapshotKind, SnapshotSource } from "../../control-plane/domain/snapshot.js";
+import { requireHostEnvdTag, SELF } from "./accounts.js";
 
 export interface Faults {
   /** The next pause() throws this. */
@@ -130,8 +131,10 @@ export class StandInRuntime implements Runtime {
   }
 
   async create(spec: InstanceSpec): Promise<Instance> {
+    requireHostEnvdTag();
     mkdirSync(spec.dir, { recursive: true });
-    const envd = await startEnvd({ listen: [`unix+vsock://${join(spec.dir, "envd.sock")}`], log: spec.log as Logger });
+    // As the tests' own user, whatever accounts the host has (test/helpers/accounts.ts).
+    const envd = await startEnvd({ listen: [`unix+vsock://${join(spec.dir, "envd.sock")}`], defaultUser: SELF.name, log: spec.log as Logger });
     const inst = new StandInInstance(spec.sandboxId, envd, this.faults, this.pauseConnections);
     this.instances.set(spec.sandboxId, inst);
     return inst;

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // envd under a burst of Start streams, reached as the control plane reaches
 // it (hybrid-vsock handshake on a Unix socket, pooled HTTP/1.1 connections):
 // every stream gets its response headers, and a new connection its handshake
@@ -13,6 +14,7 @@ import { HybridVsockAgent } from "../../control-plane/transport/hybrid-vsock.js"
 import { startEnvd, type RunningEnvd } from "../../envd/main.js";
 import { ENVD_PORT } from "../../envd/version.js";
 import { spawnsWaiting } from "../../envd/process/handler/spawn-turns.js";
+import { SELF } from "../helpers/accounts.js";
 
 /** A Connect envelope: flags, big-endian length, JSON. */
 function envelope(message: unknown): Buffer {
@@ -78,7 +80,7 @@ describe("envd under a burst of Start streams", () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "locale2b-burst-"));
     socket = join(dir, "envd.sock");
-    envd = await startEnvd({ listen: [`unix+vsock://${socket}`] });
+    envd = await startEnvd({ listen: [`unix+vsock://${socket}`], defaultUser: SELF.name });
   });
   afterAll(async () => {
     await envd?.close();

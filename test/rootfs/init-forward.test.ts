@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The guest init's user-port forwarder (vsock port 49982 in a VM; with
 // --forward-ports in process mode): `CONNECT 49982`, `TCP <port>` -> `OK`,
 // then a relay to 127.0.0.1:<port>, next to envd's port. Process mode, as in

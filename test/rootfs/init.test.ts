@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The guest init (rootfs/init/*.c): built with ensureInitBinary, run as an
 // ordinary process in process mode (hybrid-vsock Unix socket in front, this
 // repo's envd behind), and driven through the same dialer the control plane
@@ -36,6 +37,7 @@ import {
   type RunningInit,
 } from "../helpers/guest-init.js";
 import { run } from "../helpers/process.js";
+import { SELF } from "../helpers/accounts.js";
 
 const MiB = 1024 * 1024;
 if (!hasGcc) console.warn("test/rootfs/init.test.ts: skipping the guest init tests: gcc is missing (install gcc and libc6-dev: scripts/setup-host)");
@@ -251,7 +253,7 @@ describe.skipIf(!hasGcc)("guest init under a small open-files limit", () => {
     const host = join(dir, "host.sock");
     const envdSocket = join(dir, "envd.sock");
     const args = ["--no-mounts", "--hybrid-listen", host, "--envd-socket", envdSocket, "--envd-cmd", process.execPath];
-    for (const a of [cliEntry(), "envd", "--listen", `unix://${envdSocket}`]) args.push("--envd-arg", a);
+    for (const a of [cliEntry(), "envd", "--listen", `unix://${envdSocket}`, "--user", SELF.name]) args.push("--envd-arg", a);
     // 200 descriptors: room for ~84 connections at a time; 400 arrive at once.
     const init = startInit("/bin/sh", ["-c", 'ulimit -n 200 && exec "$@"', "sh", binary, ...args]);
     try {

@@ -20,6 +20,7 @@ import { findExecutable } from "../../control-plane/host/executables.js";
 import { guestPath, writeGuestFile } from "../../control-plane/images/template-fs.js";
 import { acquireLock } from "../../control-plane/images/template-store.js";
 import { CLI, runCli } from "../helpers/cli.js";
+import { SELF } from "../helpers/accounts.js";
 
 const F = "/defs/demo.yaml";
 const parse = (text: string, env: NodeJS.ProcessEnv = {}) => parseDefinition(text, F, env);
@@ -342,7 +343,7 @@ describe("building blocks", () => {
 /** Starts `node <args>` as envd on 127.0.0.1:0; resolves with its URL and the ms until /health answered. */
 async function startEnvd(args: string[]): Promise<{ url: string; ms: number; codeCache: string | undefined; stop: () => void }> {
   const started = performance.now();
-  const child = spawn(process.execPath, [...args, "--listen", "tcp://127.0.0.1:0"], {
+  const child = spawn(process.execPath, [...args, "--listen", "tcp://127.0.0.1:0", "--user", SELF.name], {
     env: { ...process.env, LOCALE2B_LOG_LEVEL: "info", VITEST: "" },
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -366,7 +367,8 @@ async function startEnvd(args: string[]): Promise<{ url: string; ms: number; cod
   return { url, ms, codeCache, stop: () => child.kill("SIGTERM") };
 }
 
-describe("envd bundle", () => {
+// host-envd: starts envd on the host (test/helpers/accounts.ts).
+describe("envd bundle", { tags: ["host-envd"] }, () => {
   it("bundles envd into one file with its V8 code cache, started by envd.js: it starts and answers /health", async () => {
     const images = join(scratch, "images");
     const b = await ensureEnvdBundle(images);

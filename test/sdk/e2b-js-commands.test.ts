@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The real `e2b` JS SDK (commands and pty) against a real envd, in debug mode
 // (E2B_DEBUG=true + E2B_SANDBOX_URL, see test/helpers/sdk.ts).
 import { mkdirSync } from "node:fs";
@@ -132,8 +133,9 @@ describe("commands.run", () => {
 
   it("runs as root by default and as another user when asked", async () => {
     expect((await sandbox.commands.run("whoami")).stdout).toBe("root\n");
-    const r = await sandbox.commands.run('whoami; id -u; echo "$HOME"; pwd', { user: "nobody", cwd: "/tmp" });
-    expect(r.stdout.split("\n")).toEqual(["nobody", "65534", "/nonexistent", "/tmp", ""]);
+    // The uid, and USER and HOME from envd's passwd (the test's own: test/helpers/accounts.ts), not the host's name for it.
+    const r = await sandbox.commands.run('id -u; echo "$USER"; echo "$HOME"; pwd', { user: "nobody", cwd: "/tmp" });
+    expect(r.stdout.split("\n")).toEqual(["65534", "nobody", "/nonexistent", "/tmp", ""]);
   });
 
   it("creates files owned by the user the command runs as", async () => {

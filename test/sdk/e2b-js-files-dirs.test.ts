@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The real `e2b` JS SDK (files: directories, entries and metadata) against a
 // real envd, in debug mode (E2B_DEBUG=true + E2B_SANDBOX_URL, see test/helpers/sdk.ts).
 import { mkdirSync, realpathSync, statSync, symlinkSync, writeFileSync } from "node:fs";

@@ -1,3 +1,4 @@
+// @module-tag host-envd: runs envd on the host (test/helpers/accounts.ts)
 // The real `e2b` JS SDK against a real envd: debug-mode setup, envd's access
 // token, and upload/download URLs.
 import { createServer, type Server } from "node:http";

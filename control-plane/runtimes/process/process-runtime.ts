@@ -218,9 +218,12 @@ export class ProcessRuntime implements Runtime {
     const cgroup = this.makeCgroup(spec, caps, cpuCount);
     const isolated = mode !== "none";
     // With `user` mapped, envd's processes run as `user`; without that mapping only its own (root there) can.
-    const user = isolated ? (caps.userMapping ? SANDBOX_USER : "root") : undefined;
+    // Without namespaces envd is on the host, where envd's own default as root is the host's `user` account
+    // if it has one: its processes run as whoever runs the control plane instead, as check() says.
+    const user = isolated ? (caps.userMapping ? SANDBOX_USER : "root") : process.getuid?.() === 0 ? "root" : undefined;
     const command = [process.execPath, ...GUEST.nodeFlags, cliEntry(), "envd", "--listen", `unix+vsock://${layout.socket}`];
-    if (user) command.push("--user", user, "--workdir", SANDBOX_HOME);
+    if (user) command.push("--user", user);
+    if (isolated) command.push("--workdir", SANDBOX_HOME);
     const launch = buildLaunch({
       mode,
       sandboxId: spec.sandboxId,
