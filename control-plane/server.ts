@@ -39,6 +39,8 @@ import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
+import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
+import { refuseUpgrade } from "./api/proxy/upgrade.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -67,7 +69,13 @@ export interface ControlPlaneOptions {
   databaseUrl?: string;
   /** This host's name in a shared store (default: the host name when databaseUrl is set). */
   nodeName?: string;
-  /** An API key to accept (LOCALE2B_API_KEY); otherwise the first start creates one. */
+  /**
+   * A fleet node (`locale2b node`): it answers only requests that carry the
+   * node token (the API replicas'), and writes a heartbeat saying where API
+   * replicas reach it (needs databaseUrl).
+   */
+  fleet?: { advertiseUrl?: string; token: string };
+  /** An API key to accept (LOCALE2B_API_KEY); otherwise the first start creates one (not on a fleet node: `locale2b api` does). */
   apiKey?: string;
   /** Retention of events, audit and metrics history; session buffers (defaults: DEFAULT_ACTIVITY). */
   activity?: Partial<ActivitySettings>;
@@ -95,6 +103,8 @@ export interface RunningControlPlane {
   runtime: Runtime;
   /** Events, audit log, sessions and metrics history. */
   activity: Activity;
+  /** A fleet node: where it told the API replicas to reach it. */
+  advertiseUrl?: string;
   notes: string[];
   close(): Promise<void>;
 }
@@ -136,11 +146,14 @@ async function tokenSeed(store: Store): Promise<Buffer> {
 /** Starts the control plane: E2B REST, the Connect API and the envd proxy on one port. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<RunningControlPlane> {
   const log = opts.log ?? createLogger({ component: "control-plane" });
+  if (opts.fleet && !opts.databaseUrl) throw new Error("a fleet node needs the fleet's Postgres (databaseUrl)");
+  /** This host's name in a shared store; undefined on one box (SQLite). */
+  const nodeName = opts.databaseUrl ? (opts.nodeName ?? hostname()) : undefined;
   const store = await openStore(opts, log);
   const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
   if (opts.apiKey) await store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
-  else if ((await store.listApiKeys()).length === 0) createdApiKey = (await store.createApiKey("default")).key;
+  else if (!opts.fleet && (await store.listApiKeys()).length === 0) createdApiKey = (await store.createApiKey("default")).key;
 
   const runtime = opts.runtime ?? (await createRuntime(DEFAULT_RUNTIME));
   const notes = await runtime.check();
@@ -170,7 +183,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   const manager = new SandboxManager({
     store,
-    ...(opts.databaseUrl ? { node: opts.nodeName ?? hostname() } : {}),
+    ...(nodeName !== undefined ? { node: nodeName } : {}),
     runtime,
     runtimes,
     transport,
@@ -197,7 +210,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   managerRef = manager;
   await manager.start();
-  const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }) });
+  const snapshots = new SnapshotService({ store, manager, dataDir: opts.dataDir, templates: catalog, log: log.child({ component: "snapshots" }), ...(nodeName !== undefined ? { node: nodeName } : {}) });
   await snapshots.start();
   snapshotsRef = snapshots;
   await templates.service.start();
@@ -242,7 +255,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     fallback: (req, res) => void rest(req as IncomingMessage, res as ServerResponse),
   });
 
+  const fleet = opts.fleet;
   const handle = (req: IncomingMessage, res: ServerResponse) => {
+    if (fleet && !takeNodeToken(req, fleet.token) && req.url !== "/health") {
+      res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ code: 401, message: NODE_ONLY_MESSAGE }));
+      return;
+    }
     if (proxy.matches(req)) return proxy.handle(req, res);
     if (applyCors(req, res)) return;
     if (workspace.matches(req)) return workspace.handle(req, res);
@@ -263,14 +281,35 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
 
   const server = new H1H2cServer(
     (req, res) => handle(req as IncomingMessage, res as ServerResponse),
-    (req, socket, head) => proxy.upgrade(req, socket, head),
+    (req, socket, head) => {
+      if (fleet && !takeNodeToken(req as IncomingMessage, fleet.token)) {
+        refuseUpgrade(socket, 401, NODE_ONLY_MESSAGE);
+        return true;
+      }
+      return proxy.upgrade(req, socket, head);
+    },
   );
   const listener = listenerFor(parseListen(`tcp://${opts.host}:${opts.port}`));
   const address = await listener.listen((socket) => server.accept(socket));
   const port = Number(address.slice(address.lastIndexOf(":") + 1));
   const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
   if (opts.domain === undefined) deps.publicDomain = `localhost:${port}`;
-  log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes }, "control plane listening");
+  const wildcard = opts.host === "0.0.0.0" || opts.host === "::";
+  const advertiseUrl = fleet ? (fleet.advertiseUrl ?? `http://${wildcard ? hostname() : opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`) : undefined;
+  const heartbeat = fleet
+    ? new NodeHeartbeat({
+        store,
+        name: nodeName!,
+        url: advertiseUrl!,
+        runtime: runtime.name,
+        limits: { ...DEFAULT_LIMITS, ...opts.limits },
+        imagesDir: images,
+        sandboxes: () => manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] }),
+        log,
+      })
+    : undefined;
+  await heartbeat?.start();
+  log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes, ...(fleet ? { node: nodeName, advertiseUrl } : {}) }, fleet ? "fleet node listening" : "control plane listening");
   return {
     url,
     workspaceUrl: `${url}${WORKSPACE_PREFIX}`,
@@ -282,7 +321,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     runtime,
     activity,
     notes,
+    ...(advertiseUrl ? { advertiseUrl } : {}),
     async close() {
+      await heartbeat?.stop();
       const closed = listener.close();
       server.close();
       await closed;

@@ -11,6 +11,9 @@ Usage: locale2b <command> [options]
 Commands:
   serve     run the control plane: E2B REST API, Connect API and envd proxy
             on one port (npm start)
+  api       a fleet's API replica (stateless; Postgres): docs/fleet.md
+  node      a fleet's node: this host's sandboxes, behind the API replicas
+  nodes     list, cordon and uncordon a fleet's nodes
   sandbox   create, list, exec in, pause, resume and kill sandboxes of a
             running server
   keys      create, list and revoke API keys
@@ -43,6 +46,19 @@ async function main(argv: string[]): Promise<number> {
       if (!rest.some((a) => a === "-h" || a === "--help")) process.exit(code);
       return code;
     }
+    case "node": {
+      const { runServeCommand } = await import("./serve-command.js");
+      const code = await runServeCommand(rest, "node");
+      if (!rest.some((a) => a === "-h" || a === "--help")) process.exit(code);
+      return code;
+    }
+    case "api": {
+      const code = await (await import("./fleet-command.js")).runApiCommand(rest);
+      if (!rest.some((a) => a === "-h" || a === "--help")) process.exit(code);
+      return code;
+    }
+    case "nodes":
+      return (await import("./fleet-command.js")).runNodesCommand(rest);
     case "sandbox":
     case "sandboxes": {
       const code = await (await import("./sandbox-command.js")).runSandboxCommand(rest);

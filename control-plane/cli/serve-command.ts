@@ -80,7 +80,24 @@ Sandboxes keep running when the server stops (SIGINT, SIGTERM); the next
 start with the same data dir adopts them again.
 `;
 
-const API_KEY_RE = /^e2b_[0-9a-f]{40}$/;
+export const API_KEY_RE = /^e2b_[0-9a-f]{40}$/;
+
+const NODE_HELP = `Usage: locale2b node --database-url URL [serve's options] [--advertise-url URL]
+
+Runs a fleet node: the sandboxes, runtimes, warm pool, snapshots and template
+images of this host, behind the fleet's API replicas ('locale2b api'). It
+keeps its state in the fleet's Postgres, writes a heartbeat there every few
+seconds (where it is reached, its room, its images), and answers only requests
+that carry the fleet's node token (LOCALE2B_NODE_TOKEN); clients talk to an
+API replica. docs/fleet.md says how to run a fleet.
+
+Options: those of 'locale2b serve' (see 'locale2b serve --help'), and
+      --advertise-url URL    where API replicas reach this node: http://host:port
+                             (default: $LOCALE2B_ADVERTISE_URL, else
+                             http://<--host, or the host name for 0.0.0.0>:<port>)
+Defaults that differ from serve: --host 0.0.0.0; --node-name is required in
+effect (default: the host name); no API key is created (the API does that).
+`;
 
 
 export interface ServeOptions {
@@ -102,10 +119,23 @@ export interface ServeOptions {
   databaseUrl?: string;
   /** This host's name in a shared store. */
   nodeName?: string;
+  /** `locale2b node`: a fleet node, reached by the API replicas at advertiseUrl with the node token. */
+  fleet?: { advertiseUrl?: string; token: string };
 }
 
-export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env): ServeOptions | "help" {
-  const { values } = parse("serve", {
+/** `serve`: one box, everything; `node`: a fleet node behind `locale2b api` replicas. */
+export type ServeRole = "serve" | "node";
+
+/** The fleet's shared secret from LOCALE2B_NODE_TOKEN (both roles need it). */
+export function nodeTokenSetting(command: string, env: NodeJS.ProcessEnv = process.env): string {
+  const token = setting("LOCALE2B_NODE_TOKEN", env)?.trim();
+  if (!token) throw new CliError(`locale2b ${command} needs LOCALE2B_NODE_TOKEN, the fleet's shared secret (the same on every API replica and node), e.g. LOCALE2B_NODE_TOKEN=$(openssl rand -hex 32)`, 2);
+  if (token.length < 32) throw new CliError(`LOCALE2B_NODE_TOKEN is ${token.length} characters: use at least 32 (e.g. $(openssl rand -hex 32))`, 2);
+  return token;
+}
+
+export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.env, role: ServeRole = "serve"): ServeOptions | "help" {
+  const { values } = parse(role, {
     args,
     options: {
       port: { type: "string", short: "p" },
@@ -113,6 +143,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       "data-dir": { type: "string", short: "d" },
       "database-url": { type: "string" },
       "node-name": { type: "string" },
+      ...(role === "node" ? { "advertise-url": { type: "string" as const } } : {}),
       "max-sandboxes": { type: "string" },
       "memory-budget-mb": { type: "string" },
       domain: { type: "string" },
@@ -133,7 +164,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
   if (values.help) return "help";
   const runtime = values.runtime || setting("LOCALE2B_RUNTIME", env) || DEFAULT_RUNTIME;
   if (!findRuntime(runtime)) {
-    throw new UsageError(`unknown runtime '${runtime}' (known: ${runtimeNames().join(", ")})`, "serve");
+    throw new UsageError(`unknown runtime '${runtime}' (known: ${runtimeNames().join(", ")})`, role);
   }
   const apiKey = setting("LOCALE2B_API_KEY", env)?.trim() || undefined;
   if (apiKey && !API_KEY_RE.test(apiKey)) {
@@ -147,11 +178,23 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
   if (nodeName !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/.test(nodeName)) {
     throw new CliError(`--node-name '${nodeName}' is not a name: letters, digits, '.', '_' and '-', at most 63`, 2);
   }
+  const host = values.host || (role === "node" ? "0.0.0.0" : DEFAULT_HOST);
+  const port = intOption(values.port ?? env.PORT, "--port", role, { max: 65535 }) ?? DEFAULT_PORT;
+  let fleet: ServeOptions["fleet"];
+  if (role === "node") {
+    if (!databaseUrl) throw new CliError("locale2b node needs the fleet's Postgres: --database-url or LOCALE2B_DATABASE_URL", 2);
+    const advertiseUrl = (values["advertise-url"] as string | undefined) || setting("LOCALE2B_ADVERTISE_URL", env);
+    if (advertiseUrl !== undefined && !/^http:\/\/[^/?#]+(:\d+)?\/?$/.test(advertiseUrl)) {
+      throw new CliError(`--advertise-url '${advertiseUrl}' must be http://host:port (where API replicas reach this node)`, 2);
+    }
+    fleet = { ...(advertiseUrl ? { advertiseUrl: advertiseUrl.replace(/\/$/, "") } : {}), token: nodeTokenSetting("node", env) };
+  }
   return {
     ...(databaseUrl ? { databaseUrl } : {}),
     ...(nodeName ? { nodeName } : {}),
-    host: values.host || DEFAULT_HOST,
-    port: intOption(values.port ?? env.PORT, "--port", "serve", { max: 65535 }) ?? DEFAULT_PORT,
+    ...(fleet ? { fleet } : {}),
+    host,
+    port,
     dataDir: resolveDataDir(values["data-dir"], env),
     maxSandboxes: intOption(values["max-sandboxes"], "--max-sandboxes", "serve", { min: 1 }),
     memoryBudgetMB: intOption(values["memory-budget-mb"], "--memory-budget-mb", "serve", { min: 1 }),
@@ -234,10 +277,21 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
   return lines.join("\n");
 }
 
-export async function runServeCommand(args: string[]): Promise<number> {
-  const opts = parseServeArgs(args);
+/** What `locale2b node` prints once: it is not for clients. */
+function nodeBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "port" | "notes" | "runtime" | "advertiseUrl">): string {
+  const lines = [
+    `locale2b node '${opts.nodeName}' is serving its fleet on ${opts.host}:${cp.port} (runtime: ${cp.runtime.name}, data dir: ${opts.dataDir})`,
+    `API replicas reach it at ${cp.advertiseUrl}; it answers only them (LOCALE2B_NODE_TOKEN).`,
+    "Point clients at a 'locale2b api' replica, not here.",
+  ];
+  for (const note of cp.notes) lines.push(`  - ${note}`);
+  return `${lines.join("\n")}\n`;
+}
+
+export async function runServeCommand(args: string[], role: ServeRole = "serve"): Promise<number> {
+  const opts = parseServeArgs(args, process.env, role);
   if (opts === "help") {
-    process.stdout.write(HELP);
+    process.stdout.write(role === "node" ? NODE_HELP : HELP);
     return 0;
   }
   const limits = {
@@ -282,6 +336,7 @@ export async function runServeCommand(args: string[]): Promise<number> {
       dataDir: opts.dataDir,
       ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}),
       ...(opts.nodeName ? { nodeName: opts.nodeName } : {}),
+      ...(opts.fleet ? { fleet: opts.fleet } : {}),
       limits,
       domain: opts.domain,
       apiKey: opts.apiKey,
@@ -306,7 +361,7 @@ export async function runServeCommand(args: string[]): Promise<number> {
     if (e.code === "EACCES" || e.code === "EROFS") throw new CliError(`cannot use ${opts.dataDir}: ${e.message} (choose another with --data-dir)`);
     throw err;
   }
-  process.stdout.write(startBanner(opts, cp));
+  process.stdout.write(opts.fleet ? nodeBanner(opts, cp) : startBanner(opts, cp));
   // The other built-in templates (code-interpreter-v1), built once, in the background: the server answers meanwhile.
   if (runtimeNamed(opts.runtime).baseImageAtStart && process.getuid?.() === 0 && setting("LOCALE2B_NO_IMAGE_BUILD") !== "1") {
     const { BACKGROUND_TEMPLATES, buildInBackground } = await import("../images/first-use.js");

@@ -47,6 +47,8 @@ export interface SnapshotRecord {
   cpuCount: number;
   memoryMB: number;
   diskSizeMB: number;
+  /** The host whose disk holds its files, in a fleet or on a shared Postgres store (absent on one box). */
+  node?: string;
 }
 
 export interface SnapshotFilter {

@@ -20,6 +20,8 @@ export interface SnapshotServiceOptions {
   /** Template names: a snapshot may not take one as its name. */
   templates: { has(id: string): boolean };
   log: Logger;
+  /** This host's name when the store is shared (Postgres): its snapshots carry it, and only its own are swept. */
+  node?: string;
 }
 
 /** One fork's outcome: its sandbox, or why it did not start. */
@@ -43,11 +45,12 @@ export class SnapshotService {
     this.root = join(o.dataDir, "snapshots");
   }
 
-  /** Drops records whose files are gone and files no record names (a capture cut short by a crash). */
+  /** Drops this host's records whose files are gone and files no record names (a capture cut short by a crash). */
   async start(): Promise<void> {
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     const known = new Set<string>();
     for (const s of await this.o.store.listSnapshots()) {
+      if (s.node !== this.o.node) continue; // another host's files: not ours to judge
       if (existsSync(join(this.root, s.build))) known.add(s.build);
       else {
         await this.o.store.deleteSnapshot(s.id, s.tag);
@@ -156,6 +159,7 @@ export class SnapshotService {
         cpuCount: rec.cpuCount,
         memoryMB: rec.memoryMB,
         diskSizeMB: rec.diskSizeMB,
+        ...(this.o.node !== undefined ? { node: this.o.node } : {}),
       };
       await this.o.store.putSnapshot(snap);
       if (replaced) this.removeBuild(replaced.build);

@@ -4,6 +4,8 @@ import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
+import type { NodeRecord } from "../domain/node.js";
+import { nodeOf } from "./store-common.js";
 
 /**
  * The fleet's schema, in versions (as SqliteStore's; Postgres types: times
@@ -79,6 +81,11 @@ const MIGRATIONS: Migration[] = [
     version: 2,
     name: "sandboxes.node: the host a sandbox runs on",
     statements: ["ALTER TABLE sandboxes ADD COLUMN node TEXT", "CREATE INDEX sandboxes_node ON sandboxes(node, state)"],
+  },
+  {
+    version: 3,
+    name: "nodes: the hosts of a fleet, their addresses and heartbeats",
+    statements: ["CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at BIGINT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)"],
   },
 ];
 
@@ -370,6 +377,30 @@ export class PgStore implements Store {
 
   async setSetting(key: string, value: string): Promise<void> {
     await this.pool.query("INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value]);
+  }
+
+  async putNode(n: NodeRecord): Promise<void> {
+    await this.pool.query(
+      "INSERT INTO nodes (name, heartbeat_at, state, record) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, record = excluded.record",
+      [n.name, n.heartbeatAt, n.state, JSON.stringify(n)],
+    );
+  }
+
+  async getNode(name: string): Promise<NodeRecord | undefined> {
+    const row = (await this.rows<{ state: string; record: string }>("SELECT state, record FROM nodes WHERE name = $1", [name]))[0];
+    return row ? nodeOf(row) : undefined;
+  }
+
+  async listNodes(): Promise<NodeRecord[]> {
+    return (await this.rows<{ state: string; record: string }>('SELECT state, record FROM nodes ORDER BY name COLLATE "C"')).map(nodeOf);
+  }
+
+  async setNodeState(name: string, state: NodeRecord["state"]): Promise<boolean> {
+    return (await this.changes("UPDATE nodes SET state = $1 WHERE name = $2", [state, name])) > 0;
+  }
+
+  async deleteNode(name: string): Promise<boolean> {
+    return (await this.changes("DELETE FROM nodes WHERE name = $1", [name])) > 0;
   }
 
   /**

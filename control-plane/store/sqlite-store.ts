@@ -7,6 +7,8 @@ import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../
 import { pidAlive } from "../host/pids.js";
 import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
+import type { NodeRecord } from "../domain/node.js";
+import { nodeOf } from "./store-common.js";
 
 /**
  * The schema, in versions: a store applies those it has not (schema_migrations
@@ -77,6 +79,9 @@ const MIGRATIONS: Migration[] = [
   { version: 2, name: "sandboxes.node: the host a sandbox runs on", statements: [
     "ALTER TABLE sandboxes ADD COLUMN node TEXT",
     "CREATE INDEX sandboxes_node ON sandboxes(node, state)",
+  ] },
+  { version: 3, name: "nodes: the hosts of a fleet, their addresses and heartbeats", statements: [
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at INTEGER NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)",
   ] },
 ];
 
@@ -365,6 +370,32 @@ export class SqliteStore implements Store {
 
   async setSetting(key: string, value: string): Promise<void> {
     this.db.run("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", [key, value]);
+  }
+
+  async putNode(n: NodeRecord): Promise<void> {
+    this.db.run("INSERT INTO nodes (name, heartbeat_at, state, record) VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, record = excluded.record", [
+      n.name,
+      n.heartbeatAt,
+      n.state,
+      JSON.stringify(n),
+    ]);
+  }
+
+  async getNode(name: string): Promise<NodeRecord | undefined> {
+    const row = this.db.get("SELECT state, record FROM nodes WHERE name = ?", [name]) as { state: string; record: string } | null;
+    return row ? nodeOf(row) : undefined;
+  }
+
+  async listNodes(): Promise<NodeRecord[]> {
+    return (this.db.all("SELECT state, record FROM nodes ORDER BY name") as { state: string; record: string }[]).map(nodeOf);
+  }
+
+  async setNodeState(name: string, state: NodeRecord["state"]): Promise<boolean> {
+    return this.db.run("UPDATE nodes SET state = ? WHERE name = ?", [state, name]).changes > 0;
+  }
+
+  async deleteNode(name: string): Promise<boolean> {
+    return this.db.run("DELETE FROM nodes WHERE name = ?", [name]).changes > 0;
   }
 
   async initSetting(key: string, value: string): Promise<string> {

@@ -1,5 +1,6 @@
 // What the SQLite and Postgres stores share: API keys' form and hashing, and schema versions.
 import { createHash, randomBytes } from "node:crypto";
+import type { NodeRecord } from "../domain/node.js";
 
 /** One version of a store's schema: statements run in one transaction, recorded in schema_migrations. */
 export interface Migration {
@@ -38,3 +39,8 @@ export function maskKey(key: string): string {
 
 /** How long a key's last use may lag before it is written again (a key in use is not a write per request). */
 export const LAST_USED_GRANULARITY_MS = 60_000;
+
+/** A node row: its record as its last heartbeat wrote it, with the state the store keeps (a cordon outlives heartbeats). */
+export function nodeOf(row: { state: string; record: string }): NodeRecord {
+  return { ...(JSON.parse(row.record) as NodeRecord), state: row.state === "cordoned" ? "cordoned" : "ready" };
+}

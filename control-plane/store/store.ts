@@ -1,5 +1,6 @@
 import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
+import type { NodeRecord } from "../domain/node.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 
 export interface ApiKeyInfo {
@@ -63,6 +64,15 @@ export interface Store {
   getTemplateTag(templateId: string, tag: string): Promise<TemplateTagRecord | undefined>;
   listTemplateTags(templateId: string): Promise<TemplateTagRecord[]>;
   deleteTemplateTag(templateId: string, tag: string): Promise<boolean>;
+
+  /** A fleet's hosts (`locale2b node`), each as its last heartbeat wrote it. */
+  putNode(record: NodeRecord): Promise<void>;
+  getNode(name: string): Promise<NodeRecord | undefined>;
+  /** By name. */
+  listNodes(): Promise<NodeRecord[]>;
+  /** Cordons or readies a node; a heartbeat (putNode) never changes its state. False when there is no such node. */
+  setNodeState(name: string, state: NodeRecord["state"]): Promise<boolean>;
+  deleteNode(name: string): Promise<boolean>;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): Promise<string | undefined>;

@@ -202,8 +202,35 @@ for (const kind of kinds) {
       expect(await store.initSetting("seed", "second")).toBe("first");
     });
 
+    it("keeps a fleet's nodes by name, each as its last heartbeat wrote it", async () => {
+      const node = (name: string, heartbeatAt: number) => ({
+        name,
+        url: `http://${name}:3000`,
+        state: "ready" as const,
+        heartbeatAt,
+        startedAt: 1,
+        runtime: "process",
+        capacity: { maxSandboxes: 10, memoryBudgetMB: 4096, sandboxes: 0, memoryMB: 0 },
+        images: ["base"],
+      });
+      await store.putNode(node("n2", 5));
+      await store.putNode(node("n1", 5));
+      expect(await store.setNodeState("n2", "cordoned")).toBe(true);
+      expect(await store.setNodeState("nope", "cordoned")).toBe(false);
+      // A heartbeat after the cordon keeps it.
+      await store.putNode(node("n2", 9));
+      expect((await store.listNodes()).map((n) => [n.name, n.state, n.heartbeatAt])).toEqual([
+        ["n1", "ready", 5],
+        ["n2", "cordoned", 9],
+      ]);
+      expect((await store.getNode("n1"))?.url).toBe("http://n1:3000");
+      expect(await store.deleteNode("n1")).toBe(true);
+      expect(await store.deleteNode("n1")).toBe(false);
+      expect(await store.getNode("n1")).toBeUndefined();
+    });
+
     it("records its schema versions, and opening again applies none twice", async () => {
-      expect(await store.schemaVersions()).toEqual([1, 2]);
+      expect(await store.schemaVersions()).toEqual([1, 2, 3]);
     });
   });
 }
@@ -219,7 +246,7 @@ describe("schema versions", () => {
     old.run("INSERT INTO sandboxes VALUES (?, ?, ?, ?, ?, ?)", ["old1", "running", "base", 1, 2, JSON.stringify(sandbox("old1"))]);
     old.close();
     const store = new SqliteStore(path);
-    expect(await store.schemaVersions()).toEqual([1, 2]);
+    expect(await store.schemaVersions()).toEqual([1, 2, 3]);
     expect(await store.getSandbox("old1")).toEqual(sandbox("old1"));
     await store.putSandbox(sandbox("new1", { node: "n1" }));
     expect((await store.listSandboxes({ node: "n1" })).map((r) => r.id)).toEqual(["new1"]);
@@ -234,13 +261,13 @@ describe("schema versions", () => {
     const db = new sqlite.Database(path);
     db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     db.close();
-    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(2\): run the newer locale2b/);
+    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(3\): run the newer locale2b/);
   });
 
   it.skipIf(missing !== undefined)("postgres: replicas starting together migrate once; a newer database is refused", async () => {
     const url = await server!.database();
     const stores = await Promise.all([1, 2, 3, 4].map(() => PgStore.open(url, { max: 2 })));
-    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2]);
+    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2, 3]);
     // One token seed for every replica, whichever wrote first.
     const seeds = await Promise.all(stores.map((s, i) => s.initSetting("token_seed", `seed-${i}`)));
     expect(new Set(seeds).size).toBe(1);
@@ -249,7 +276,7 @@ describe("schema versions", () => {
     await c.connect();
     await c.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     await c.end();
-    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(2\)/);
+    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(3\)/);
   });
 
   it.skipIf(missing !== undefined)("postgres: a server that cannot be reached is a clear error, with no password in it", async () => {

@@ -80,3 +80,35 @@ export function serve(dataDir: string, args: string[] = [], env: Record<string, 
     void exited.then((code) => reject(new Error(`serve exited (${code}) before it started:\n${out}\n${err}`)));
   });
 }
+
+/** A long-running CLI command (`node`, `api`, ...) started; resolves once its stdout matches `ready`, with the match. */
+export function startCli(args: string[], env: Record<string, string>, ready: RegExp): Promise<Served & { match: RegExpExecArray }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    let done = false;
+    const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+    child.stderr.setEncoding("utf8").on("data", (d: string) => (err = (err + d).slice(-200_000)));
+    child.stdout.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+      const match = done ? null : ready.exec(out);
+      if (!match) return;
+      done = true;
+      resolve({
+        child,
+        banner: out,
+        url: match[1] ?? "",
+        match,
+        stderr: () => err,
+        stop: () => {
+          child.kill("SIGTERM");
+          return exited.then((code) => (code === 0 ? 0 : `${code}; stderr:\n${err}`));
+        },
+      });
+    });
+    void exited.then((code) => {
+      if (!done) reject(new Error(`'locale2b ${args.join(" ")}' exited (${code}) before it started:\n${out}\n${err}`));
+    });
+  });
+}

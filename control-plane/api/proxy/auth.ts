@@ -2,7 +2,10 @@ import { timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { safeEqual } from "../../../envd/auth/access-token.js";
 import { fileSignature } from "../../../envd/http/signature.js";
-import type { SandboxManager } from "../../manager/sandbox-manager.js";
+import type { SandboxRecord, SandboxState } from "../../domain/sandbox.js";
+
+/** The sandboxes a signed /files URL may belong to: those with an envd to answer it. */
+export const SIGNED_URL_STATES: SandboxState[] = ["running", "resuming", "pausing", "paused"];
 
 /**
  * The proxy's own token check: X-Access-Token must be the sandbox's envd
@@ -24,7 +27,7 @@ export function accessTokenOk(req: IncomingMessage, token: string): boolean {
  * (`"v1_" + base64_nopad(sha256("<path>:<read|write>:<username>:<token>[:<expiration>]"))`),
  * compared in constant time. Undefined when none does.
  */
-export function sandboxForSignedUrl(manager: SandboxManager, req: IncomingMessage): string | undefined {
+export function sandboxForSignedUrl(candidates: SandboxRecord[], req: IncomingMessage): string | undefined {
   const query = new URL(req.url ?? "/", "http://localhost").searchParams;
   const signature = query.get("signature");
   if (!signature) return undefined;
@@ -38,7 +41,7 @@ export function sandboxForSignedUrl(manager: SandboxManager, req: IncomingMessag
     expiration = Number(rawExpiration);
   }
   let found: string | undefined;
-  for (const rec of manager.list({ states: ["running", "resuming", "pausing", "paused"] })) {
+  for (const rec of candidates) {
     // No early exit: every candidate is compared.
     if (safeEqual(signature, fileSignature(path, operation, username, rec.envdAccessToken, expiration))) found ??= rec.id;
   }

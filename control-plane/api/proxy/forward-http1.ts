@@ -14,6 +14,8 @@ export interface ForwardOptions {
   host?: string;
   /** Is the sandbox gone (killed, or being killed)? Then a failure is answered as for an unknown sandbox. */
   gone?: () => boolean;
+  /** Headers added after the client's (name, value, ...): a fleet's API replica adds its node token. */
+  extraHeaders?: string[];
 }
 
 export function forwardHttp1(
@@ -32,6 +34,7 @@ export function forwardHttp1(
   let headers = endToEndRawHeaders(req.rawHeaders);
   if (opts.host !== undefined) headers = withMaskedHost(headers, opts.host);
   else if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
+  if (opts.extraHeaders) headers.push(...opts.extraHeaders);
   const upstream = http.request({ agent, method: req.method, path: req.url, headers });
   upstream.on("response", (upRes) => {
     const back = endToEndRawHeaders(upRes.rawHeaders);

@@ -3,7 +3,7 @@ import { ENVD_PORT } from "../../../envd/version.js";
 import { SANDBOX_ID_RE } from "../../manager/ids.js";
 import { ControlPlaneError } from "../../domain/errors.js";
 import type { ApiDeps } from "../deps.js";
-import { accessTokenOk, sandboxForSignedUrl } from "./auth.js";
+import { accessTokenOk, sandboxForSignedUrl, SIGNED_URL_STATES } from "./auth.js";
 import { forwardHttp1 } from "./forward-http1.js";
 import { isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "./http.js";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
@@ -71,7 +71,7 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
   const resolve = async (req: IncomingMessage, t: Target): Promise<Resolved | Refused> => {
     let sandboxId = t.sandboxId;
     if (sandboxId === undefined) {
-      sandboxId = sandboxForSignedUrl(manager, req);
+      sandboxId = sandboxForSignedUrl(manager.list({ states: SIGNED_URL_STATES }), req);
       if (!sandboxId) return { status: 401, message: "invalid signature: it matches no running sandbox's file URL" };
     }
     if (!Number.isInteger(t.port) || t.port < 1 || t.port > 65535) {

@@ -27,9 +27,9 @@ export function refuseUpgrade(socket: Duplex, status: number, message: string, s
 }
 
 /** The request line and headers as the client sent them (Upgrade and Connection included), Host masked if asked. */
-function requestHead(req: IncomingMessage, host: string | undefined): string {
+function requestHead(req: IncomingMessage, host: string | undefined, extraHeaders: string[]): string {
   let head = `${req.method} ${req.url} HTTP/1.1\r\n`;
-  const raw = host === undefined ? req.rawHeaders : withMaskedHost(req.rawHeaders, host);
+  const raw = [...(host === undefined ? req.rawHeaders : withMaskedHost(req.rawHeaders, host)), ...extraHeaders];
   for (let i = 0; i + 1 < raw.length; i += 2) head += `${raw[i]}: ${raw[i + 1]}\r\n`;
   return `${head}\r\n`;
 }
@@ -48,6 +48,8 @@ export function tunnelUpgrade(
   metrics: ControlPlaneMetrics,
   /** maskRequestHost: the Host the server sees instead of the client's. */
   host?: string,
+  /** Headers added after the client's (name, value, ...): a fleet's API replica adds its node token. */
+  extraHeaders: string[] = [],
 ): void {
   metrics.streamOpened();
   let closed = false;
@@ -62,7 +64,7 @@ export function tunnelUpgrade(
   upstream.on("close", close);
   client.on("error", close);
   upstream.on("error", close);
-  upstream.write(requestHead(req, host));
+  upstream.write(requestHead(req, host, extraHeaders));
   if (head.length) {
     metrics.addProxiedBytes("in", head.length);
     upstream.write(head);

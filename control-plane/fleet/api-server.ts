@@ -1,0 +1,382 @@
+// `locale2b api`: a fleet's stateless API replica. It holds no sandbox: it
+// checks the caller's key against the shared store, places creates on a
+// node, lists across nodes, and sends every request about one sandbox (the
+// E2B REST routes under /sandboxes/{id}, and all envd traffic: the SDKs'
+// routing headers, `<port>-<id>.<domain>` hosts, signed file URLs) to the
+// node that runs it, over one hop, the node token added. Any replica serves
+// any sandbox.
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import net from "node:net";
+import type { Duplex } from "node:stream";
+import type { Logger } from "pino";
+import { H1H2cServer } from "../../envd/server/h1-h2c-server.js";
+import { listenerFor, parseListen } from "../../envd/server/listen.js";
+import { applyCors } from "../../envd/server/cors.js";
+import { apiKeyFromHeaders, MISSING_KEY_MESSAGE } from "../api/auth.js";
+import { sandboxForSignedUrl, SIGNED_URL_STATES } from "../api/proxy/auth.js";
+import { forwardHttp1 } from "../api/proxy/forward-http1.js";
+import { isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "../api/proxy/http.js";
+import { requestTarget } from "../api/proxy/target.js";
+import { refuseUpgrade, tunnelUpgrade } from "../api/proxy/upgrade.js";
+import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
+import { parseTemplateRef } from "../templates/names.js";
+import { DEFAULT_TAG } from "../templates/names.js";
+import { ControlPlaneMetrics } from "../metrics/metrics.js";
+import type { Store } from "../store/store.js";
+import { dropHeader, NODE_TOKEN_HEADER } from "./node-agent.js";
+import { PendingPlacements, place } from "./placement.js";
+
+export interface FleetApiOptions {
+  host: string;
+  port: number;
+  store: Store;
+  /** The node token: every request to a node carries it. */
+  nodeToken: string;
+  /** `<port>-<id>.<domain>` hosts (the nodes' --domain must be the same). */
+  domain?: string;
+  log: Logger;
+}
+
+export interface RunningFleetApi {
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+/** How long the node list read from the store is used before it is read again. */
+const NODES_TTL_MS = 2_000;
+/** Bodies of creates are read here (to place them): E2B's are small JSON. */
+const CREATE_BODY_MAX = 1 << 20;
+/** Default memory of a create whose template says none (the nodes' default). */
+const DEFAULT_MEMORY_MB = 512;
+
+type Json = Record<string, unknown>;
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) return void res.destroy();
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers }).end(text);
+}
+
+function sendError(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
+  sendJson(res, status, { code: status, message }, headers);
+}
+
+/** One keep-alive connection pool per node. */
+class NodeAgent extends http.Agent {
+  constructor(private readonly target: URL) {
+    super({ keepAlive: true, keepAliveMsecs: 30_000, maxSockets: 512, maxFreeSockets: 64, scheduling: "lifo" });
+  }
+
+  override createConnection(_o: http.ClientRequestArgs, callback?: (err: Error | null, stream: Duplex) => void): Duplex | null | undefined {
+    const socket = net.connect(Number(this.target.port || 80), this.target.hostname);
+    socket.setNoDelay(true);
+    socket.once("connect", () => callback?.(null, socket));
+    socket.once("error", (err) => callback?.(err, undefined as unknown as Duplex));
+    return undefined;
+  }
+}
+
+export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi> {
+  const { store, log } = o;
+  const metrics = new ControlPlaneMetrics();
+  const hostSuffix = `.${(o.domain ?? "localhost").replace(/:\d+$/, "").toLowerCase()}`;
+  const token = [NODE_TOKEN_HEADER, o.nodeToken];
+  const agents = new Map<string, NodeAgent>();
+  const agentFor = (n: NodeRecord): NodeAgent => {
+    let a = agents.get(n.url);
+    if (!a) {
+      a = new NodeAgent(new URL(n.url));
+      agents.set(n.url, a);
+    }
+    return a;
+  };
+
+  // The nodes, as the store had them at most NODES_TTL_MS ago, with this replica's own placements since counted in.
+  let nodes: NodeRecord[] = [];
+  let nodesAt = 0;
+  const readNodes = async (fresh = false): Promise<NodeRecord[]> => {
+    if (fresh || Date.now() - nodesAt > NODES_TTL_MS) {
+      nodes = await store.listNodes();
+      nodesAt = Date.now();
+    }
+    return nodes;
+  };
+  const live = (n: NodeRecord) => Date.now() - n.heartbeatAt <= NODE_LOST_MS;
+  const pending = new PendingPlacements();
+
+  // A sandbox never moves: its node, once read, is kept (a bounded map).
+  const nodeOfSandbox = new Map<string, string>();
+  /** The node a sandbox runs on; undefined when the store knows no such (live) sandbox. */
+  const locate = async (sandboxId: string): Promise<{ node: NodeRecord | undefined; name: string } | undefined> => {
+    let name = nodeOfSandbox.get(sandboxId);
+    if (name === undefined) {
+      const rec = await store.getSandbox(sandboxId);
+      if (!rec || rec.state === "killed" || rec.node === undefined) return undefined;
+      name = rec.node;
+      if (nodeOfSandbox.size > 100_000) nodeOfSandbox.clear();
+      nodeOfSandbox.set(sandboxId, name);
+    }
+    const all = await readNodes();
+    return { node: all.find((n) => n.name === name) ?? (await store.getNode(name)), name };
+  };
+  const lostMessage = (sandboxId: string, name: string, n: NodeRecord | undefined) =>
+    `sandbox ${sandboxId} was lost with node '${name}': ${n ? `no heartbeat for ${Math.round((Date.now() - n.heartbeatAt) / 1000)} s` : "the node is not in the fleet any more"}`;
+
+  /** A whole request sent to a node as it came (bodies streamed both ways). */
+  const forward = (req: IncomingMessage, res: ServerResponse, n: NodeRecord, sandboxId?: string) => {
+    const host = req.headers.host ?? (req.headers[":authority"] as string | undefined);
+    forwardHttp1(req, res, sandboxId ?? "-", agentFor(n), metrics, {
+      ...(req.headers.host === undefined && host ? { host } : {}),
+      extraHeaders: [...token, "x-forwarded-host", host ?? "", "x-forwarded-proto", "http"],
+      describe: (err) => `node '${n.name}' (${n.url}) does not answer (${err.code ?? err.message})${sandboxId ? `: sandbox ${sandboxId} runs there` : ""}`,
+    });
+  };
+
+  /** One request to a node with a body of ours; the answer in full (lists, creates: small JSON). */
+  const call = (n: NodeRecord, req: IncomingMessage, path: string, body?: Buffer): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> =>
+    new Promise((resolve, reject) => {
+      const headers: http.OutgoingHttpHeaders = {
+        [NODE_TOKEN_HEADER]: o.nodeToken,
+        host: req.headers.host ?? "localhost",
+        "x-forwarded-host": req.headers.host ?? "",
+        ...(req.headers["x-api-key"] ? { "x-api-key": req.headers["x-api-key"] } : {}),
+        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
+        ...(req.headers["user-agent"] ? { "user-agent": req.headers["user-agent"] } : {}),
+        ...(body ? { "content-type": "application/json", "content-length": body.length } : {}),
+      };
+      const r = http.request({ agent: agentFor(n), method: req.method, path, headers }, (up) => {
+        const chunks: Buffer[] = [];
+        up.on("data", (c: Buffer) => chunks.push(c));
+        up.on("end", () => resolve({ status: up.statusCode ?? 502, headers: up.headers, body: Buffer.concat(chunks) }));
+        up.on("error", reject);
+      });
+      r.on("error", reject);
+      r.end(body);
+    });
+
+  const readBody = (req: IncomingMessage): Promise<Buffer> =>
+    new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      req.on("data", (c: Buffer) => {
+        size += c.length;
+        if (size > CREATE_BODY_MAX) {
+          reject(new Error(`request body over ${CREATE_BODY_MAX} bytes`));
+          req.destroy();
+        } else chunks.push(c);
+      });
+      req.on("end", () => resolve(Buffer.concat(chunks)));
+      req.on("error", reject);
+    });
+
+  /** What a create needs of its node: the template's image (when only nodes that built it have it), its snapshot's node, its memory. */
+  const createAsk = async (body: Json): Promise<{ memoryMB: number; image?: string; node?: string }> => {
+    const raw = typeof body.templateID === "string" ? body.templateID : "base";
+    const ref = parseTemplateRef(raw);
+    if ("problem" in ref) return { memoryMB: DEFAULT_MEMORY_MB };
+    const t = (await store.templateByName(ref.base)) ?? (await store.getTemplate(ref.base));
+    if (t) {
+      const tag = await store.getTemplateTag(t.id, ref.tag ?? DEFAULT_TAG);
+      const build = tag ? await store.getTemplateBuild(tag.buildId) : undefined;
+      return { memoryMB: t.memoryMB, ...(build?.result ? { image: build.result.image } : {}) };
+    }
+    const snap = (await store.listSnapshots()).find((s) => s.id === ref.base || s.name === ref.base);
+    if (snap) return { memoryMB: snap.memoryMB, ...(snap.node !== undefined ? { node: snap.node } : {}) };
+    return { memoryMB: DEFAULT_MEMORY_MB }; // a built-in template: every node builds it
+  };
+
+  const create = async (req: IncomingMessage, res: ServerResponse) => {
+    let body: Buffer;
+    try {
+      body = await readBody(req);
+    } catch (err) {
+      return sendError(res, 413, (err as Error).message);
+    }
+    let parsed: Json = {};
+    try {
+      parsed = body.length ? (JSON.parse(body.toString("utf8")) as Json) : {};
+    } catch {
+      // the node answers a malformed body with its own 400
+    }
+    const ask = await createAsk(parsed);
+    const placement = place(pending.apply(await readNodes(true)), ask);
+    if (!placement.ok) return sendError(res, placement.why === "full" ? 429 : 503, placement.message, placement.why === "full" ? { "retry-after": "5" } : {});
+    // The best node first; one that is full after all (its last heartbeat was behind) passes it on to the next.
+    let last: { status: number; headers: http.IncomingHttpHeaders; body: Buffer } | undefined;
+    for (const n of placement.nodes.slice(0, 3)) {
+      pending.note(n.name, ask.memoryMB); // counted while it starts: concurrent creates go elsewhere
+      try {
+        last = await call(n, req, req.url ?? "/sandboxes", body);
+      } catch (err) {
+        log.warn({ err, node: n.name }, "a node did not answer a create: trying the next");
+        continue;
+      }
+      if (last.status !== 429 && last.status !== 503) {
+        if (last.status < 300) {
+          const id = (JSON.parse(last.body.toString("utf8")) as { sandboxID?: string }).sandboxID;
+          if (id) nodeOfSandbox.set(id, n.name);
+          log.info({ sandboxId: id, node: n.name }, "sandbox placed");
+        }
+        break;
+      }
+    }
+    if (!last) return sendError(res, 503, "no node answered the create: see the API's log");
+    const headers: Record<string, string> = { "content-type": String(last.headers["content-type"] ?? "application/json") };
+    if (last.headers["retry-after"]) headers["retry-after"] = String(last.headers["retry-after"]);
+    res.writeHead(last.status, { ...headers, "content-length": last.body.length }).end(last.body);
+  };
+
+  /** GET /sandboxes and /v2/sandboxes: every live node's answer, merged in the order one node would give (paged by the same cursor). */
+  const list = async (req: IncomingMessage, res: ServerResponse, v2: boolean) => {
+    const url = new URL(req.url ?? "/", "http://api");
+    const limit = Number(url.searchParams.get("limit") ?? 100);
+    const desc = (url.searchParams.get("order") ?? "desc") !== "asc";
+    const targets = (await readNodes()).filter(live);
+    type Answer = { status: number; headers: http.IncomingHttpHeaders; body: Buffer };
+    const answers: Answer[] = await Promise.all(targets.map((n) => call(n, req, req.url ?? "/sandboxes").catch((err: Error): Answer => ({ status: 502, headers: {}, body: Buffer.from(JSON.stringify({ message: `node '${n.name}': ${err.message}` })) }))));
+    const failed = answers.find((a) => a.status !== 200);
+    if (failed && failed.status < 500) return void res.writeHead(failed.status, { "content-type": "application/json" }).end(failed.body);
+    const items = answers.filter((a) => a.status === 200).flatMap((a) => JSON.parse(a.body.toString("utf8")) as Json[]);
+    const key = (s: Json) => ({ startedAt: Date.parse(String(s.startedAt)), id: String(s.sandboxID) });
+    const asc = (a: Json, b: Json) => {
+      const x = key(a);
+      const y = key(b);
+      return x.startedAt - y.startedAt || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0);
+    };
+    items.sort((a, b) => (desc ? -asc(a, b) : asc(a, b)));
+    if (!v2) return sendJson(res, 200, items);
+    const page = items.slice(0, limit);
+    const headers: Record<string, string> = {};
+    const more = items.length > limit || answers.some((a) => a.headers["x-next-token"]);
+    if (more && page.length) {
+      const k = key(page[page.length - 1]!);
+      headers["x-next-token"] = Buffer.from(`${k.startedAt}:${k.id}`).toString("base64url");
+    }
+    const running = answers.map((a) => Number(a.headers["x-total-running"] ?? NaN)).filter((x) => !Number.isNaN(x));
+    if (running.length) headers["x-total-running"] = String(running.reduce((s, x) => s + x, 0));
+    if (failed) headers["x-locale2b-partial"] = "a node did not answer: its sandboxes are missing from this list";
+    sendJson(res, 200, page, headers);
+  };
+
+  /** GET /sandboxes/metrics?sandbox_ids=…: each node's answer for its own sandboxes, merged. */
+  const manyMetrics = async (req: IncomingMessage, res: ServerResponse) => {
+    const answers = await Promise.all((await readNodes()).filter(live).map((n) => call(n, req, req.url ?? "/").catch(() => undefined)));
+    const bad = answers.find((a) => a && a.status !== 200);
+    if (bad) return void res.writeHead(bad.status, { "content-type": "application/json" }).end(bad.body);
+    const sandboxes: Json = {};
+    for (const a of answers) if (a) Object.assign(sandboxes, (JSON.parse(a.body.toString("utf8")) as { sandboxes: Json }).sandboxes);
+    sendJson(res, 200, { sandboxes });
+  };
+
+  /** Templates and snapshots: their records are shared; builds run on, and template files go to, one node (the first ready one by name). */
+  const templateNode = async (): Promise<NodeRecord | undefined> => (await readNodes()).filter((n) => live(n) && n.state === "ready")[0];
+
+  const sandboxRequest = async (req: IncomingMessage, res: ServerResponse, sandboxId: string, proxy: boolean) => {
+    const where = await locate(sandboxId);
+    if (!where) {
+      if (proxy) return sendProxyError(res, 502, SANDBOX_NOT_FOUND, isConnectPath(req.url), sandboxId);
+      return sendError(res, 404, `sandbox '${sandboxId}' not found`);
+    }
+    if (!where.node || !live(where.node)) {
+      const message = lostMessage(sandboxId, where.name, where.node);
+      return proxy ? sendProxyError(res, 502, message, isConnectPath(req.url), sandboxId) : sendError(res, 503, message);
+    }
+    forward(req, res, where.node, sandboxId);
+  };
+
+  const rest = async (req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? "/").split("?")[0]!;
+    if (path.startsWith("/workspace")) {
+      return sendError(res, 501, "the workspace API is not served by a fleet's API replicas yet: use the E2B API (E2B SDKs) through this Service, or a single-host `locale2b serve`");
+    }
+    if (isConnectPath(req.url)) {
+      res.writeHead(501, { "content-type": "application/json" }).end(JSON.stringify({ code: "unimplemented", message: "the Connect API is not served by a fleet's API replicas yet: use the E2B REST API (E2B SDKs) through this Service" }));
+      return;
+    }
+    // Signed template-file uploads authenticate themselves (their URL); every other route needs a key.
+    const upload = req.method === "PUT" && /^\/templates\/[^/]+\/files\/[^/]+$/.test(path);
+    if (!upload && !(await apiKeyFromHeaders(store, req.headers))) return sendError(res, 401, MISSING_KEY_MESSAGE);
+    const m = /^\/(?:v2\/)?sandboxes(?:\/([^/]+))?(\/.*)?$/.exec(path);
+    if (m) {
+      const [, id, rest] = m;
+      if (!id) {
+        if (req.method === "POST") return create(req, res);
+        if (req.method === "GET") return list(req, res, path.startsWith("/v2/"));
+      } else if (id === "metrics" && !rest && req.method === "GET") {
+        return manyMetrics(req, res);
+      } else {
+        return sandboxRequest(req, res, id, false);
+      }
+    }
+    if (/^\/(?:v[23]\/)?templates(\/|$)/.test(path) || path === "/snapshots") {
+      const n = await templateNode();
+      if (!n) return sendError(res, 503, "no node is ready to serve templates and snapshots");
+      return forward(req, res, n);
+    }
+    sendError(res, 404, `no route for ${req.method} ${path}`);
+  };
+
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    dropHeader(req, NODE_TOKEN_HEADER); // a client's own is never passed on
+    const t = requestTarget(req, hostSuffix);
+    const fail = (err: unknown) => {
+      log.error({ err, url: req.url }, "fleet API request failed");
+      if (!res.headersSent) sendError(res, 502, `the fleet API failed: ${(err as Error).message}`);
+      else res.destroy();
+    };
+    if (t) {
+      // envd traffic: the node's own proxy checks the sandbox's tokens.
+      void (async () => {
+        let id = t.sandboxId;
+        if (id === undefined) {
+          id = sandboxForSignedUrl(await store.listSandboxes({ states: SIGNED_URL_STATES }), req);
+          if (!id) return sendProxyError(res, 401, "invalid signature: it matches no running sandbox's file URL", false);
+        }
+        await sandboxRequest(req, res, id, true);
+      })().catch(fail);
+      return;
+    }
+    if (applyCors(req, res)) return;
+    if (req.url === "/health") return void res.writeHead(200, { "content-type": "text/plain" }).end("ok\n");
+    if (req.method === "GET" && req.url === "/metrics") {
+      return void res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render({}, []));
+    }
+    rest(req, res).catch(fail);
+  };
+
+  const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): boolean => {
+    dropHeader(req, NODE_TOKEN_HEADER);
+    const t = requestTarget(req, hostSuffix);
+    if (!t?.sandboxId) return false;
+    const id = t.sandboxId;
+    void locate(id)
+      .then((where) => {
+        if (!where) return refuseUpgrade(socket, 502, SANDBOX_NOT_FOUND, id);
+        if (!where.node || !live(where.node)) return refuseUpgrade(socket, 502, lostMessage(id, where.name, where.node), id);
+        const target = new URL(where.node.url);
+        const upstream = net.connect(Number(target.port || 80), target.hostname);
+        tunnelUpgrade(req, socket, head, upstream, metrics, undefined, token);
+      })
+      .catch(() => refuseUpgrade(socket, 502, "the fleet API failed to route the upgrade", id));
+    return true;
+  };
+
+  const server = new H1H2cServer((req, res) => handle(req as IncomingMessage, res as ServerResponse), upgrade);
+  const listener = listenerFor(parseListen(`tcp://${o.host}:${o.port}`));
+  const address = await listener.listen((socket) => server.accept(socket));
+  const port = Number(address.slice(address.lastIndexOf(":") + 1));
+  const url = `http://${o.host.includes(":") ? `[${o.host}]` : o.host}:${port}`;
+  log.info({ url, nodes: (await readNodes(true)).map((n) => n.name) }, "fleet API listening");
+  return {
+    url,
+    port,
+    async close() {
+      const closed = listener.close();
+      server.close();
+      await closed;
+      for (const a of agents.values()) a.destroy();
+      metrics.close();
+    },
+  };
+}

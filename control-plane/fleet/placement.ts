@@ -1,0 +1,70 @@
+// Where a create goes in a fleet: a ready, live node with room for it (and
+// the template's image, when only some nodes have it), the least loaded
+// first, so creates spread across nodes.
+import { NODE_LOST_MS, nodeTakes, type NodeRecord } from "../domain/node.js";
+
+export interface PlacementAsk {
+  memoryMB: number;
+  /** Only nodes that have this image (a template built on one node), or any when absent. */
+  image?: string;
+  /** Only this node (a snapshot's files are there). */
+  node?: string;
+}
+
+export type Placement =
+  | { ok: true; nodes: NodeRecord[] }
+  /** `full`: live nodes exist, none has room (429 with Retry-After); `none`: no node can take it at all (503). */
+  | { ok: false; why: "full" | "none"; message: string };
+
+/** How loaded a node is: the larger of its sandbox count and its memory, each against its limit. */
+function load(n: NodeRecord): number {
+  const c = n.capacity;
+  return Math.max(c.sandboxes / Math.max(1, c.maxSandboxes), c.memoryMB / Math.max(1, c.memoryBudgetMB));
+}
+
+/**
+ * The nodes that may take the create, best first (least loaded, then fewest
+ * sandboxes, then by name); or why none may.
+ */
+export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now()): Placement {
+  const alive = nodes.filter((n) => now - n.heartbeatAt <= NODE_LOST_MS);
+  const eligible = alive.filter((n) => n.state === "ready" && (ask.node === undefined || n.name === ask.node) && (ask.image === undefined || n.images.includes(ask.image)));
+  const withRoom = eligible.filter((n) => nodeTakes(n, ask.memoryMB, now));
+  if (withRoom.length) {
+    return { ok: true, nodes: withRoom.sort((a, b) => load(a) - load(b) || a.capacity.sandboxes - b.capacity.sandboxes || (a.name < b.name ? -1 : 1)) };
+  }
+  if (eligible.length) {
+    return { ok: false, why: "full", message: `the fleet is full: ${eligible.length} node${eligible.length > 1 ? "s" : ""} could take this sandbox and none has room for ${ask.memoryMB} MiB more; retry later, or kill or pause some sandboxes` };
+  }
+  const where = ask.node !== undefined ? `node '${ask.node}' (where its snapshot is)` : ask.image !== undefined ? `a node that has the image '${ask.image}'` : "a node";
+  const why = alive.length === 0 ? `no node has sent a heartbeat in the last ${NODE_LOST_MS / 1000} s` : `${alive.length} live node${alive.length > 1 ? "s" : ""}, none ready for it (cordoned, or without the image)`;
+  return { ok: false, why: "none", message: `no node can take this sandbox: it needs ${where}; ${why}` };
+}
+
+/**
+ * Creates this replica placed that the nodes' heartbeats do not count yet
+ * (a heartbeat comes every few seconds): counted in before the next
+ * placement, so a burst of creates spreads instead of piling onto the node
+ * that looked least loaded.
+ */
+export class PendingPlacements {
+  private readonly placed = new Map<string, { at: number; memoryMB: number }[]>();
+
+  note(node: string, memoryMB: number, at = Date.now()): void {
+    const list = this.placed.get(node) ?? [];
+    list.push({ at, memoryMB });
+    this.placed.set(node, list);
+  }
+
+  /** The nodes with this replica's placements since each one's heartbeat added in (copies; the input is left alone). */
+  apply(nodes: NodeRecord[]): NodeRecord[] {
+    return nodes.map((n) => {
+      const list = (this.placed.get(n.name) ?? []).filter((p) => p.at >= n.heartbeatAt);
+      if (list.length) this.placed.set(n.name, list);
+      else this.placed.delete(n.name);
+      if (!list.length) return n;
+      const memoryMB = list.reduce((sum, p) => sum + p.memoryMB, 0);
+      return { ...n, capacity: { ...n.capacity, sandboxes: n.capacity.sandboxes + list.length, memoryMB: n.capacity.memoryMB + memoryMB } };
+    });
+  }
+}

@@ -1,0 +1,283 @@
+// A fleet on one machine: a real Postgres, two `locale2b node` processes (the
+// process runtime) and two `locale2b api` replicas, driven with the real E2B
+// SDK through the replicas only. Creates spread over both nodes; any replica
+// serves any sandbox (commands, files, signed URLs, user ports); lists merge
+// and page across nodes; nodes answer only the replicas, and the node token
+// never reaches a sandbox; cordon, a node restart (re-adoption) and a lost
+// node behave as docs/fleet.md says.
+import { randomBytes } from "node:crypto";
+import http from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CommandExitError, Sandbox } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PgStore } from "../../control-plane/store/pg-store.js";
+import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
+import { runCli, startCli, type Served } from "../helpers/cli.js";
+import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
+
+const missing = postgresMissing() ?? (process.getuid?.() !== 0 ? "the process runtime's sandboxes need root" : undefined);
+if (missing) console.warn(`fleet.test.ts: skipping: ${missing}`);
+
+const TOKEN = randomBytes(32).toString("hex");
+
+/** A request with a Host of our choosing (getHost's `<port>-<id>.<domain>`), as a browser on wildcard DNS sends it. */
+function get(base: string, host: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(base + path, { headers: { host, ...headers } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8").on("data", (d: string) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode!, body }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** fn's first defined answer, tried every `everyMs`; the last error says why it never came. */
+async function until<T>(what: string, fn: () => Promise<T | undefined>, tries = 120, everyMs = 250): Promise<T> {
+  let last: unknown;
+  for (let i = 0; i < tries; i++) {
+    const v = await fn().catch((err: unknown) => void (last = err));
+    if (v !== undefined) return v;
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`gave up waiting for ${what}: ${String(last)}`);
+}
+
+describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, one Postgres", () => {
+  let pg: TestPostgres;
+  let db: string;
+  let store: PgStore;
+  const dirs: string[] = [];
+  const procs: Served[] = [];
+  let api1: Served;
+  let api2: Served;
+  let key: string;
+  const nodeDirs: Record<string, string> = {};
+  const nodes: Record<string, Served> = {};
+  const env = () => ({ LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: TOKEN, LOCALE2B_NO_IMAGE_BUILD: "1" });
+  const startApi = async () => {
+    const s = await startCli(["api", "--port", "0", "--host", "127.0.0.1"], env(), /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/);
+    procs.push(s);
+    return s;
+  };
+  const startNode = async (name: string) => {
+    nodeDirs[name] ??= mkdtempSync(join(tmpdir(), `locale2b-fleet-${name}-`));
+    dirs.push(nodeDirs[name]!);
+    const s = await startCli(
+      ["node", "--port", "0", "--host", "127.0.0.1", "--data-dir", nodeDirs[name]!, "--node-name", name, "--warm-pool", "0", "--domain", `localhost:${new URL(api1.url).port}`],
+      env(),
+      /reach it at (http:\/\/\S+);/,
+    );
+    procs.push(s);
+    nodes[name] = s;
+    return s;
+  };
+  const opts = (api: Served) => ({ apiKey: key, apiUrl: api.url, sandboxUrl: api.url });
+  const nodeOf = async (id: string) => (await store.getSandbox(id))?.node;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    db = await pg.database();
+    api1 = await startApi();
+    key = /export E2B_API_KEY=(e2b_[0-9a-f]{40})/.exec(api1.banner)![1]!;
+    api2 = await startApi();
+    expect(api2.banner).not.toMatch(/E2B_API_KEY=e2b_/); // one key, made by the first replica
+    await startNode("n1");
+    await startNode("n2");
+    store = await PgStore.open(db, { max: 2 });
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const s of procs) if (s.child.exitCode === null && s.child.signalCode === null) await s.stop();
+    await store?.close();
+    await pg?.stop();
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  it("nodes answer only the API replicas: no token, a wrong token, or the client's own token header get 401 and nothing else", async () => {
+    const n1 = nodes.n1!.url;
+    const tries: Record<string, string>[] = [{ "x-api-key": key }, { "x-api-key": key, "x-locale2b-node-token": "x".repeat(64) }];
+    for (const headers of tries) {
+      const r = await fetch(`${n1}/v2/sandboxes`, { headers });
+      expect(r.status).toBe(401);
+      expect(((await r.json()) as { message: string }).message).toMatch(/fleet node: it serves only the fleet's API replicas/);
+    }
+    expect((await fetch(`${n1}/health`)).status).toBe(200);
+    const listed = await runCli(["nodes", "list", "--json"], { LOCALE2B_DATABASE_URL: db });
+    expect(listed.code, listed.stderr).toBe(0);
+    const fleet = JSON.parse(listed.stdout) as { name: string; status: string; url: string }[];
+    expect(fleet.map((n) => [n.name, n.status])).toEqual([
+      ["n1", "ready"],
+      ["n2", "ready"],
+    ]);
+    expect(fleet[0]!.url).toBe(nodes.n1!.url);
+  });
+
+  it("the fleet commands say what is missing: the Postgres, the node token, a long enough token, a known node", async () => {
+    const noDb = await runCli(["node", "--port", "0"], { LOCALE2B_NODE_TOKEN: TOKEN });
+    expect([noDb.code, noDb.stderr]).toEqual([2, expect.stringMatching(/locale2b node needs the fleet's Postgres: --database-url or LOCALE2B_DATABASE_URL/)]);
+    const noToken = await runCli(["api", "--port", "0"], { LOCALE2B_DATABASE_URL: db });
+    expect([noToken.code, noToken.stderr]).toEqual([2, expect.stringMatching(/locale2b api needs LOCALE2B_NODE_TOKEN, the fleet's shared secret/)]);
+    const short = await runCli(["node", "--port", "0"], { LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: "hunter2" });
+    expect([short.code, short.stderr]).toEqual([2, expect.stringMatching(/LOCALE2B_NODE_TOKEN is 7 characters: use at least 32/)]);
+    const badUrl = await runCli(["node", "--advertise-url", "ftp://x"], { LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: TOKEN });
+    expect(badUrl.stderr).toMatch(/--advertise-url 'ftp:\/\/x' must be http:\/\/host:port/);
+    const unknown = await runCli(["nodes", "cordon", "nope"], { LOCALE2B_DATABASE_URL: db });
+    expect([unknown.code, unknown.stderr]).toEqual([1, expect.stringMatching(/no node 'nope' in this fleet/)]);
+  });
+
+  it("creates spread over both nodes, and any replica serves any sandbox: commands, files, signed URLs, user ports, lists", async () => {
+    const made = await Promise.all([0, 1, 2, 3].map((i) => Sandbox.create("base", { ...opts(i % 2 ? api2 : api1), timeoutMs: 300_000, metadata: { i: String(i) }, secure: true })));
+    const where = await Promise.all(made.map((s) => nodeOf(s.sandboxId)));
+    expect(new Set(where)).toEqual(new Set(["n1", "n2"]));
+
+    for (const s of made) {
+      // Through the other replica than the one that created it.
+      const other = await Sandbox.connect(s.sandboxId, opts(Number(s.sandboxId.length) % 2 ? api1 : api2));
+      const chunks: string[] = [];
+      const r = await other.commands.run("for i in 1 2 3; do echo line $i; sleep 0.2; done; hostname", { onStdout: (d) => void chunks.push(d) });
+      expect(r.stdout).toMatch(/^line 1\nline 2\nline 3\n/);
+      expect(chunks.length).toBeGreaterThanOrEqual(2); // streamed, not buffered at either hop
+      await other.files.write("/home/user/where.txt", `on ${await nodeOf(s.sandboxId)}`);
+      const back = await Sandbox.connect(s.sandboxId, opts(api1));
+      expect(await back.files.read("/home/user/where.txt")).toBe(`on ${await nodeOf(s.sandboxId)}`);
+      await expect(back.commands.run("exit 3")).rejects.toBeInstanceOf(CommandExitError);
+    }
+
+    // From inside a sandbox, as user and as root, a node's port and the API's are out of reach (and a node would want its token).
+    const gw = /default via (\S+)/.exec((await made[0]!.commands.run("ip route show default")).stdout)?.[1];
+    expect(gw).toBeDefined();
+    const ports = [nodes.n1!.url, nodes.n2!.url, api1.url].map((u) => new URL(u).port);
+    const probe = `import urllib.request
+for host in ["${gw}", "127.0.0.1"]:
+    for port in [${ports.join(", ")}]:
+        try:
+            r = urllib.request.urlopen(f"http://{host}:{port}/v2/sandboxes", timeout=3); print("REACHED", host, port, r.status)
+        except urllib.error.HTTPError as e:
+            print("REACHED", host, port, e.code)
+        except OSError as e:
+            print("refused", host, port)`;
+    for (const user of ["user", "root"] as const) {
+      await made[0]!.files.write("/tmp/probe.py", probe, { user });
+      const r = await made[0]!.commands.run("python3 /tmp/probe.py", { user });
+      expect(r.stdout, user).not.toMatch(/REACHED/);
+      expect(r.stdout.match(/refused/g)?.length, r.stdout).toBe(6);
+    }
+
+    // A signed download URL (secure sandbox) works through either replica with no key; a forged one does not.
+    const s0 = made[0]!;
+    const url = new URL(await s0.downloadUrl("/home/user/where.txt", { useSignatureExpiration: 60_000 }));
+    for (const api of [api1, api2]) {
+      const r = await fetch(`${api.url}${url.pathname}${url.search}`);
+      expect(r.status, await r.clone().text()).toBe(200);
+      expect(await r.text()).toMatch(/^on n[12]$/);
+    }
+    url.searchParams.set("signature", "v1_" + "A".repeat(43));
+    expect((await fetch(`${api1.url}${url.pathname}${url.search}`)).status).toBe(401);
+
+    // A user port by Host (getHost), through both replicas; the node token never reaches the sandbox's server.
+    const s1 = made[1]!;
+    await s1.commands.run(
+      `cat > /tmp/echo.py <<'EOF'
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps(dict(self.headers)).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8123), H).serve_forever()
+EOF`,
+    );
+    await s1.commands.run("python3 /tmp/echo.py", { background: true });
+    const host = s1.getHost(8123);
+    expect(host).toBe(`8123-${s1.sandboxId}.localhost:${new URL(api1.url).port}`);
+    for (const api of [api1, api2]) {
+      const r = await until("the sandbox's server", async () => {
+        const got = await get(api.url, host, "/", { "x-locale2b-node-token": TOKEN });
+        if (got.status !== 200) throw new Error(`${got.status}: ${got.body}`);
+        return got;
+      });
+      const seen = JSON.parse(r.body) as Record<string, string>;
+      expect(Object.keys(seen).map((k) => k.toLowerCase())).not.toContain("x-locale2b-node-token");
+      expect(r.body).not.toContain(TOKEN);
+    }
+
+    // The list is every node's, merged, and pages across nodes.
+    for (const api of [api1, api2]) {
+      const all = await Sandbox.list({ ...opts(api) }).nextItems();
+      expect(new Set(all.map((s) => s.sandboxId))).toEqual(new Set(made.map((s) => s.sandboxId)));
+      const pager = Sandbox.list({ ...opts(api), limit: 3 });
+      const first = await pager.nextItems();
+      expect(first.length).toBe(3);
+      expect(pager.hasNext).toBe(true);
+      const second = await pager.nextItems();
+      expect(second.length).toBe(1);
+      expect(new Set([...first, ...second].map((s) => s.sandboxId)).size).toBe(4);
+    }
+
+    // Kill through the other replica: gone everywhere.
+    for (const s of made) await Sandbox.kill(s.sandboxId, opts(api2));
+    expect(await Sandbox.list({ ...opts(api1) }).nextItems()).toEqual([]);
+    const gone = await fetch(`${api1.url}/sandboxes/${made[0]!.sandboxId}`, { headers: { "x-api-key": key } });
+    expect(gone.status).toBe(404);
+  }, 240_000);
+
+  it("a cordoned node takes no creates; a restarted node adopts its sandboxes; a lost node's sandboxes say so and creates go elsewhere", async () => {
+    expect((await runCli(["nodes", "cordon", "n2"], { LOCALE2B_DATABASE_URL: db })).stdout).toBe("cordoned n2\n");
+    const onN1 = await Promise.all([0, 1].map(() => Sandbox.create("base", { ...opts(api1), timeoutMs: 300_000 })));
+    expect(await Promise.all(onN1.map((s) => nodeOf(s.sandboxId)))).toEqual(["n1", "n1"]);
+    expect((await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: db })).code).toBe(0);
+    const refused = await fetch(`${api2.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "base" }) });
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { message: string }).message).toMatch(/no node can take this sandbox.*none ready for it \(cordoned/);
+    await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    await runCli(["nodes", "uncordon", "n2"], { LOCALE2B_DATABASE_URL: db });
+
+    // Restart n1 (a new port): the replicas find it again, its sandboxes were adopted.
+    const before = nodes.n1!.url;
+    expect(await nodes.n1!.stop()).toBe(0);
+    await startNode("n1");
+    expect(nodes.n1!.url).not.toBe(before);
+    const again = await until("the restarted node behind the replicas", async () => {
+      const c = await Sandbox.connect(onN1[0]!.sandboxId, opts(api2));
+      return (await c.commands.run("echo adopted")).stdout === "adopted\n" ? c : undefined;
+    });
+    expect(again.sandboxId).toBe(onN1[0]!.sandboxId);
+
+    // Lose n2 (killed, no goodbye) with a sandbox on it.
+    await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    const onN2 = await until("a create on n2", async () => Sandbox.create("base", { ...opts(api1), timeoutMs: 300_000 }));
+    expect(await nodeOf(onN2.sandboxId)).toBe("n2");
+    await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    nodes.n2!.child.kill("SIGKILL");
+    const lost = await until(
+      "n2 to be lost",
+      async () => {
+        const r = await fetch(`${api1.url}/sandboxes/${onN2.sandboxId}`, { headers: { "x-api-key": key } });
+        return r.status === 503 ? ((await r.json()) as { message: string }).message : undefined;
+      },
+      Math.ceil((NODE_LOST_MS + 15_000) / 500),
+      500,
+    );
+    expect(lost).toMatch(new RegExp(`sandbox ${onN2.sandboxId} was lost with node 'n2': no heartbeat for \\d+ s`));
+    const viaSdk = await Sandbox.connect(onN2.sandboxId, opts(api2)).then(
+      (s) => s.commands.run("true"),
+      (e: Error) => e,
+    ).catch((e: Error) => e);
+    expect(String(viaSdk)).toMatch(/lost with node 'n2'/);
+    const elsewhere = await Sandbox.create("base", { ...opts(api2), timeoutMs: 60_000 });
+    expect(await nodeOf(elsewhere.sandboxId)).toBe("n1");
+    const listed = JSON.parse((await runCli(["nodes", "list", "--json"], { LOCALE2B_DATABASE_URL: db })).stdout) as { name: string; status: string }[];
+    expect(listed.find((n) => n.name === "n2")?.status).toBe("lost");
+    // n2 back: it adopts its sandbox, which answers again.
+    await startNode("n2");
+    const back = await until("n2 back behind the replicas", async () => {
+      const c = await Sandbox.connect(onN2.sandboxId, opts(api1));
+      return (await c.commands.run("echo back")).stdout === "back\n" ? c : undefined;
+    });
+    for (const s of [...onN1, elsewhere, back]) await Sandbox.kill(s.sandboxId, opts(api1));
+  }, 240_000);
+});

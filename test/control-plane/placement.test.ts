@@ -1,0 +1,104 @@
+// Where a fleet's API places creates (control-plane/fleet/placement.ts),
+// over 100 simulated nodes (node records as their heartbeats write them):
+// spread by load, never on cordoned, lost or full nodes, only where the
+// template's image or the snapshot's files are; 429 (full) vs 503 (none).
+import { describe, expect, it } from "vitest";
+import { NODE_LOST_MS, type NodeRecord } from "../../control-plane/domain/node.js";
+import { PendingPlacements, place } from "../../control-plane/fleet/placement.js";
+
+const NOW = 1_800_000_000_000;
+
+function node(i: number, over: Partial<NodeRecord> = {}, cap: Partial<NodeRecord["capacity"]> = {}): NodeRecord {
+  return {
+    name: `node-${String(i).padStart(3, "0")}`,
+    url: `http://10.0.${i >> 8}.${i & 255}:3000`,
+    state: "ready",
+    heartbeatAt: NOW - 1000,
+    startedAt: NOW - 3_600_000,
+    runtime: "process",
+    capacity: { maxSandboxes: 100, memoryBudgetMB: 64 * 1024, sandboxes: 0, memoryMB: 0, ...cap },
+    images: ["base"],
+    ...over,
+  };
+}
+
+/** Places `count` creates one after another as one replica does (its placements counted until a heartbeat). */
+function burst(nodes: NodeRecord[], count: number, ask = { memoryMB: 512 }): Map<string, number> {
+  const pending = new PendingPlacements();
+  const got = new Map<string, number>();
+  for (let i = 0; i < count; i++) {
+    const p = place(pending.apply(nodes), ask, NOW);
+    if (!p.ok) throw new Error(p.message);
+    const chosen = p.nodes[0]!;
+    pending.note(chosen.name, ask.memoryMB, NOW);
+    got.set(chosen.name, (got.get(chosen.name) ?? 0) + 1);
+  }
+  return got;
+}
+
+describe("placement over 100 nodes", () => {
+  it("spreads a burst of 1000 creates evenly, and fills the emptier nodes first", () => {
+    const nodes = Array.from({ length: 100 }, (_, i) => node(i));
+    const even = burst(nodes, 1000);
+    expect(even.size).toBe(100);
+    expect(Math.max(...even.values()) - Math.min(...even.values())).toBeLessThanOrEqual(1);
+
+    // Half the nodes already hold 50 sandboxes: the next 2500 creates go to the other half until they catch up.
+    const uneven = nodes.map((n, i) => (i % 2 ? { ...n, capacity: { ...n.capacity, sandboxes: 50, memoryMB: 50 * 512 } } : n));
+    const fill = burst(uneven, 2500);
+    for (const [name, count] of fill) expect(Number(name.slice(5)) % 2, `${name} got ${count}`).toBe(0);
+  });
+
+  it("never places on cordoned, lost or full nodes, and counts memory as well as sandboxes", () => {
+    const nodes = Array.from({ length: 100 }, (_, i) => {
+      if (i < 30) return node(i, { state: "cordoned" });
+      if (i < 60) return node(i, { heartbeatAt: NOW - NODE_LOST_MS - 1 });
+      if (i < 90) return node(i, {}, { sandboxes: 100 });
+      if (i < 95) return node(i, {}, { memoryMB: 64 * 1024 - 256 }); // room for a 256 MiB sandbox, not 512
+      return node(i);
+    });
+    const got = burst(nodes, 50);
+    expect([...got.keys()].sort()).toEqual(["node-095", "node-096", "node-097", "node-098", "node-099"]);
+    // Without the empty five: a 256 MiB sandbox fits the nearly full ones (one each), a 512 MiB one fits none.
+    const tight = nodes.slice(0, 95);
+    expect([...burst(tight, 5, { memoryMB: 256 }).keys()].sort()).toEqual(["node-090", "node-091", "node-092", "node-093", "node-094"]);
+    expect(place(tight, { memoryMB: 512 }, NOW)).toMatchObject({ ok: false, why: "full" });
+  });
+
+  it("keeps a template's creates on nodes with its image and a snapshot's on its node", () => {
+    const nodes = Array.from({ length: 100 }, (_, i) => node(i, i % 10 === 3 ? { images: ["base", "@build-7"] } : {}));
+    const built = burst(nodes, 100, { memoryMB: 512, image: "@build-7" } as { memoryMB: number });
+    expect([...built.keys()].sort()).toEqual(nodes.filter((_, i) => i % 10 === 3).map((n) => n.name));
+    const p = place(nodes, { memoryMB: 512, node: "node-042" }, NOW);
+    expect(p.ok && p.nodes.map((n) => n.name)).toEqual(["node-042"]);
+  });
+
+  it("answers 'full' (429 with Retry-After) when nodes could take it but have no room, 'none' (503) when none could", () => {
+    const full = Array.from({ length: 100 }, (_, i) => node(i, {}, { sandboxes: 100 }));
+    const a = place(full, { memoryMB: 512 }, NOW);
+    expect(a).toMatchObject({ ok: false, why: "full" });
+    expect(!a.ok && a.message).toMatch(/the fleet is full: 100 nodes could take this sandbox and none has room for 512 MiB more/);
+
+    const b = place(Array.from({ length: 100 }, (_, i) => node(i, { state: "cordoned" })), { memoryMB: 512 }, NOW);
+    expect(b).toMatchObject({ ok: false, why: "none" });
+    expect(!b.ok && b.message).toMatch(/100 live nodes, none ready for it/);
+
+    const c = place(Array.from({ length: 100 }, (_, i) => node(i, { heartbeatAt: NOW - 60_000 })), { memoryMB: 512 }, NOW);
+    expect(!c.ok && c.message).toMatch(/no node has sent a heartbeat in the last 20 s/);
+
+    const d = place(Array.from({ length: 100 }, (_, i) => node(i)), { memoryMB: 512, image: "@gone" }, NOW);
+    expect(!d.ok && d.message).toMatch(/needs a node that has the image '@gone'/);
+  });
+
+  it("forgets this replica's placements once a node's heartbeat counts them", () => {
+    const pending = new PendingPlacements();
+    const nodes = [node(1), node(2)];
+    pending.note("node-001", 512, NOW);
+    pending.note("node-001", 512, NOW);
+    expect(pending.apply(nodes)[0]!.capacity.sandboxes).toBe(2);
+    // node-001's next heartbeat comes after those creates: it counts them itself.
+    const later = [node(1, { heartbeatAt: NOW + 5000 }, { sandboxes: 2, memoryMB: 1024 }), node(2)];
+    expect(pending.apply(later)[0]!.capacity.sandboxes).toBe(2);
+    expect(nodes[0]!.capacity.sandboxes).toBe(0); // the input is left alone
+  });
+});
