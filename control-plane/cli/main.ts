@@ -18,6 +18,8 @@ Commands:
             running server
   keys      create, list and revoke API keys
   audit     export the audit log (who did what to which sandbox) as JSON Lines
+  backup    back up a data dir while its server runs (SQLite stores, snapshots)
+  restore   restore a backup into a data dir no server holds
   envd      run envd (the in-sandbox agent) standalone on a TCP or Unix socket
   doctor    check this host for the microVM runtimes (QEMU, vsock, KVM, kernel)
   template  build guest images (root filesystems) from rootfs/templates/; list them
@@ -70,6 +72,10 @@ async function main(argv: string[]): Promise<number> {
       return (await import("./keys-command.js")).runKeysCommand(rest);
     case "audit":
       return (await import("./audit-command.js")).runAuditCommand(rest);
+    case "backup":
+      return (await import("./backup-command.js")).runBackupCommand(rest);
+    case "restore":
+      return (await import("./restore-command.js")).runRestoreCommand(rest);
     case "doctor":
       return (await import("./doctor-command.js")).runDoctorCommand(rest);
     case "template":

@@ -86,19 +86,28 @@ const MIGRATIONS: Migration[] = [
 ];
 
 
-function claimOwnership(path: string): void {
-  const ownerFile = `${path}.owner`;
-  let previous = 0;
+/**
+ * The pid of the live process (a serving control plane, a restore) that owns
+ * the store at `path` (its `<db>.owner` file), else undefined.
+ */
+export function liveOwner(path: string): number | undefined {
+  let pid = 0;
   try {
-    previous = Number(readFileSync(ownerFile, "utf8").trim());
+    pid = Number(readFileSync(`${path}.owner`, "utf8").trim());
   } catch {
-    // first start
+    return undefined; // never served
   }
-  if (previous && previous !== process.pid && pidAlive(previous)) {
+  return pid && pid !== process.pid && pidAlive(pid) ? pid : undefined;
+}
+
+/** Records this process as the store's owner; refuses when another live one is (see liveOwner). */
+export function claimOwnership(path: string): void {
+  const previous = liveOwner(path);
+  if (previous) {
     throw new Error(`the data directory ${dirname(path)} is in use by another locale2b server (pid ${previous}): stop it or use another --data-dir`);
   }
   rmSync(`${path}.lock`, { recursive: true, force: true });
-  writeFileSync(ownerFile, `${process.pid}\n`);
+  writeFileSync(`${path}.owner`, `${process.pid}\n`);
 }
 
 /** The control plane's state in one SQLite file (WebAssembly SQLite: no native build). */

@@ -29,6 +29,8 @@ describe("help and usage", () => {
     [["keys", "--help"]],
     [["keys", "create", "--help"]],
     [["envd", "--help"]],
+    [["backup", "--help"]],
+    [["restore", "--help"]],
   ])("locale2b %j prints usage and exits 0", async (args) => {
     const run = await runCli(args);
     expect(run.code, run.stderr).toBe(0);
