@@ -39,6 +39,8 @@ import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
+import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
+import { TlsFront } from "./tls/tls-front.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -63,6 +65,12 @@ export interface ControlPlaneOptions {
   admission?: Partial<AdmissionLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
+  /**
+   * Serve TLS (HTTP/1.1 and HTTP/2 by ALPN) on the port instead of clear
+   * text: certificate and key files, the first pair the default, the others
+   * chosen by SNI; reloaded when the files change.
+   */
+  tls?: TlsFiles[];
   /** Postgres instead of the data dir's SQLite (LOCALE2B_DATABASE_URL). */
   databaseUrl?: string;
   /** This host's name in a shared store (default: the host name when databaseUrl is set). */
@@ -96,6 +104,8 @@ export interface RunningControlPlane {
   /** Events, audit log, sessions and metrics history. */
   activity: Activity;
   notes: string[];
+  /** With `tls`: what is served now (names, expiry, fingerprint). */
+  certificates?: () => readonly CertificatePair[];
   close(): Promise<void>;
 }
 
@@ -136,6 +146,9 @@ async function tokenSeed(store: Store): Promise<Buffer> {
 /** Starts the control plane: E2B REST, the Connect API and the envd proxy on one port. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<RunningControlPlane> {
   const log = opts.log ?? createLogger({ component: "control-plane" });
+  // Bad certificate files stop the start before anything else is touched (a TlsConfigError names the file).
+  const pairs = opts.tls?.length ? await loadPairs(opts.tls) : undefined;
+  if (pairs) for (const warning of tlsWarnings(pairs, opts.domain)) log.warn({ component: "tls" }, warning);
   const store = await openStore(opts, log);
   const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
@@ -264,13 +277,24 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const server = new H1H2cServer(
     (req, res) => handle(req as IncomingMessage, res as ServerResponse),
     (req, socket, head) => proxy.upgrade(req, socket, head),
+    (protocol) => metrics.connectionAccepted(protocol),
   );
+  const front = pairs ? new TlsFront({ pairs, http: server, log }) : undefined;
   const listener = listenerFor(parseListen(`tcp://${opts.host}:${opts.port}`));
-  const address = await listener.listen((socket) => server.accept(socket));
+  const address = await listener.listen((socket) => (front ? front.accept(socket) : server.accept(socket)));
   const port = Number(address.slice(address.lastIndexOf(":") + 1));
-  const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
+  const url = `${front ? "https" : "http"}://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
   if (opts.domain === undefined) deps.publicDomain = `localhost:${port}`;
-  log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes }, "control plane listening");
+  log.info(
+    {
+      url,
+      runtime: runtime.name,
+      dataDir: opts.dataDir,
+      notes,
+      ...(front ? { tls: front.certificates.map((p) => ({ names: p.names, notAfter: p.notAfter.toISOString(), fingerprint256: p.fingerprint256 })) } : {}),
+    },
+    "control plane listening",
+  );
   return {
     url,
     workspaceUrl: `${url}${WORKSPACE_PREFIX}`,
@@ -282,8 +306,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     runtime,
     activity,
     notes,
+    ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
       const closed = listener.close();
+      front?.close();
       server.close();
       await closed;
       await activity.close();
