@@ -72,6 +72,9 @@ export class TlsFront {
 
   /** Serves one accepted connection: a TLS handshake, or a refusal when it speaks plain HTTP. */
   accept(socket: net.Socket): void {
+    // The HTTP servers' setNoDelay reaches the TLS socket, not this one under it: without this, Nagle holds
+    // back the small records of a request's answer until the client's delayed ACK (40 ms per round trip).
+    socket.setNoDelay(true);
     this.sockets.add(socket);
     socket.once("close", () => this.sockets.delete(socket));
     const onData = (first: Buffer) => {
