@@ -8,6 +8,7 @@ import type { GoalResult } from "./lib/goal.js";
 import { printMachine, printTable, verdict } from "./lib/report.js";
 import { benchStream } from "./stream.js";
 import { benchTemplates } from "./templates/index.js";
+import { benchTls } from "./tls.js";
 import { benchVm } from "./vm/index.js";
 import { benchWorkspace } from "./workspace/index.js";
 
@@ -28,6 +29,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   "e2b-envd": benchE2bEnvd,
   runtimes: benchRuntimes,
   templates: benchTemplates,
+  tls: benchTls,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -60,6 +62,8 @@ e2b-envd (E2B's Go envd beside ours; needs root, Go and a copy of e2b-dev/infra,
   LOCALE2B_BENCH_E2B_INFRA       the e2b-dev/infra repository (checkout or bare; default /work/.mirror/e2b-dev+infra/repo)
   LOCALE2B_BENCH_E2B_REF=HEAD    its commit to build (cached in ~/.cache/locale2b/e2b-envd/<commit>/envd)
   LOCALE2B_BENCH_E2B_ENVD        a prebuilt E2B envd binary instead
+tls (the control plane with --tls-cert/--tls-key beside clear text, process runtime; openssl):
+  uses LOCALE2B_BENCH_EXEC_N, LOCALE2B_BENCH_WARMUP, LOCALE2B_BENCH_BYTES (1G: the download) and LOCALE2B_BENCH_REPS
 runtimes (gvisor beside the process runtime; gvisor needs runsc, else it says "skipped"):
   LOCALE2B_BENCH_RUNTIMES_N=8    creates per runtime (5x as many execs)
 templates (the Template SDK, start commands, the Code Interpreter; root, the base and code-interpreter-v1 templates built in LOCALE2B_IMAGES_DIR, runsc for gvisor):

@@ -41,6 +41,8 @@ import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
+import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
+import { TlsFront } from "./tls/tls-front.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -65,6 +67,12 @@ export interface ControlPlaneOptions {
   admission?: Partial<AdmissionLimits>;
   /** `<port>-<sandboxId>.<domain>` hosts route to sandboxes. */
   domain?: string;
+  /**
+   * Serve TLS (HTTP/1.1 and HTTP/2 by ALPN) on the port instead of clear
+   * text: certificate and key files, the first pair the default, the others
+   * chosen by SNI; reloaded when the files change.
+   */
+  tls?: TlsFiles[];
   /** Postgres instead of the data dir's SQLite (LOCALE2B_DATABASE_URL). */
   databaseUrl?: string;
   /** This host's name in a shared store (default: the host name when databaseUrl is set). */
@@ -106,6 +114,8 @@ export interface RunningControlPlane {
   /** A fleet node: where it told the API replicas to reach it. */
   advertiseUrl?: string;
   notes: string[];
+  /** With `tls`: what is served now (names, expiry, fingerprint). */
+  certificates?: () => readonly CertificatePair[];
   close(): Promise<void>;
 }
 
@@ -149,6 +159,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   if (opts.fleet && !opts.databaseUrl) throw new Error("a fleet node needs the fleet's Postgres (databaseUrl)");
   /** This host's name in a shared store; undefined on one box (SQLite). */
   const nodeName = opts.databaseUrl ? (opts.nodeName ?? hostname()) : undefined;
+  // Bad certificate files stop the start before anything else is touched (a TlsConfigError names the file).
+  const pairs = opts.tls?.length ? await loadPairs(opts.tls) : undefined;
+  if (pairs) for (const warning of tlsWarnings(pairs, opts.domain)) log.warn({ component: "tls" }, warning);
   const store = await openStore(opts, log);
   const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
@@ -288,11 +301,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       }
       return proxy.upgrade(req, socket, head);
     },
+    (protocol) => metrics.connectionAccepted(protocol),
   );
+  const front = pairs ? new TlsFront({ pairs, http: server, log }) : undefined;
   const listener = listenerFor(parseListen(`tcp://${opts.host}:${opts.port}`));
-  const address = await listener.listen((socket) => server.accept(socket));
+  const address = await listener.listen((socket) => (front ? front.accept(socket) : server.accept(socket)));
   const port = Number(address.slice(address.lastIndexOf(":") + 1));
-  const url = `http://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
+  const url = `${front ? "https" : "http"}://${opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`;
   if (opts.domain === undefined) deps.publicDomain = `localhost:${port}`;
   const wildcard = opts.host === "0.0.0.0" || opts.host === "::";
   const advertiseUrl = fleet ? (fleet.advertiseUrl ?? `http://${wildcard ? hostname() : opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`) : undefined;
@@ -309,7 +324,17 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       })
     : undefined;
   await heartbeat?.start();
-  log.info({ url, runtime: runtime.name, dataDir: opts.dataDir, notes, ...(fleet ? { node: nodeName, advertiseUrl } : {}) }, fleet ? "fleet node listening" : "control plane listening");
+  log.info(
+    {
+      url,
+      runtime: runtime.name,
+      dataDir: opts.dataDir,
+      notes,
+      ...(fleet ? { node: nodeName, advertiseUrl } : {}),
+      ...(front ? { tls: front.certificates.map((p) => ({ names: p.names, notAfter: p.notAfter.toISOString(), fingerprint256: p.fingerprint256 })) } : {}),
+    },
+    fleet ? "fleet node listening" : "control plane listening",
+  );
   return {
     url,
     workspaceUrl: `${url}${WORKSPACE_PREFIX}`,
@@ -322,9 +347,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     activity,
     notes,
     ...(advertiseUrl ? { advertiseUrl } : {}),
+    ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
       await heartbeat?.stop();
       const closed = listener.close();
+      front?.close();
       server.close();
       await closed;
       await activity.close();

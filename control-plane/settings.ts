@@ -37,6 +37,8 @@ export const SETTINGS = {
   LOCALE2B_METRICS_RETENTION_HOURS: { what: "hours metric samples are kept", default: "24", reader: "serve", flag: "--metrics-retention-hours" },
   LOCALE2B_SESSION_BUFFER_MB: { what: "output kept per background session, MiB", default: "8", reader: "serve", flag: "--session-buffer-mb" },
   LOCALE2B_WORKSPACE_IDLE_TIMEOUT_S: { what: "idle seconds before a workspace sandbox pauses", default: "3600", reader: "serve", flag: "--workspace-idle-timeout-s" },
+  LOCALE2B_TLS_CERT: { what: "serve HTTPS (HTTP/1.1 and HTTP/2) on the port with these PEM certificate files, comma-separated (a wildcard *.<domain> covers the sandbox hosts; several: chosen by SNI); reloaded when they change", default: "unset: plain HTTP and h2c", reader: "serve", flag: "--tls-cert" },
+  LOCALE2B_TLS_KEY: { what: "the unencrypted PEM keys of LOCALE2B_TLS_CERT's certificates, in the same order", default: "", reader: "serve", flag: "--tls-key" },
   LOCALE2B_NO_IMAGE_BUILD: { what: "1: serve does not build a missing base template at start", default: "build it (as root)", reader: "serve" },
   LOCALE2B_LOG_LEVEL: { what: "pino log level of the server and of envd (stderr, one JSON event per line)", default: "info", reader: "serve" },
   LOCALE2B_DEBUG: { what: "1: CLI errors print their stack", default: "", reader: "cli" },

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, rmdirSync, rmSync } from "node:fs";
 import http from "node:http";
+import https from "node:https";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -51,19 +52,22 @@ export interface ControlPlaneChild {
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+const requestTo = (...args: Parameters<typeof request>) => request(...args);
 
-/** A small JSON request over the benchmarks' keep-alive agent; the body is read whole (small answers only). */
+/** A small JSON request over the benchmarks' keep-alive agent (`tlsAgent` for https:// URLs); the body is read whole (small answers only). */
 export function request(
   url: string,
   method: string,
   headers: Record<string, string>,
   body?: unknown,
+  tlsAgent?: https.Agent,
 ): Promise<{ status: number; body: string }> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const secure = url.startsWith("https:");
   return new Promise((resolve, reject) => {
-    const req = http.request(url, {
+    const req = (secure ? https : http).request(url, {
       method,
-      agent,
+      agent: secure ? tlsAgent : agent,
       headers: { ...headers, ...(payload ? { "content-type": "application/json", "content-length": String(payload.length) } : {}) },
     });
     req.once("error", reject);
@@ -141,7 +145,15 @@ export function killSandboxesSync(dataDir: string, extraIds: Iterable<string> = 
  * environment for it. Whatever way the benchmark ends, the server,
  * every sandbox it started and the data dir are removed.
  */
-export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<ControlPlaneChild> {
+export async function startControlPlaneChild(
+  opts: {
+    extraArgs?: string[];
+    timeoutMs?: number;
+    env?: Record<string, string>;
+    /** Serve TLS with these files; `ca` is what this process trusts for them. */
+    tls?: { cert: string; key: string; ca: Buffer };
+  } = {},
+): Promise<ControlPlaneChild> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' first`);
   const port = await freePort();
   const dataDir = mkdtempSync(join(tmpdir(), "locale2b-bench-cp-"));
@@ -165,6 +177,7 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
       "100000",
       "--memory-budget-mb",
       String(1024 * 1024 * 1024),
+      ...(opts.tls ? ["--tls-cert", opts.tls.cert, "--tls-key", opts.tls.key] : []),
       ...(opts.extraArgs ?? []),
     ],
     {
@@ -200,8 +213,10 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
     }
   });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${opts.tls ? "https" : "http"}://127.0.0.1:${port}`;
   const auth = { "X-API-Key": apiKey };
+  const tlsAgent = opts.tls ? new https.Agent({ keepAlive: true, maxSockets: 64, ca: opts.tls.ca }) : undefined;
+  const request = (u: string, method: string, headers: Record<string, string>, body?: unknown) => requestTo(u, method, headers, body, tlsAgent);
 
   const deadline = Date.now() + (opts.timeoutMs ?? 20_000);
   for (;;) {
@@ -290,6 +305,7 @@ export async function startControlPlaneChild(opts: { extraArgs?: string[]; timeo
         if (leftovers) console.log(`  warning: ${leftovers} sandbox process(es) were still running after the server stopped; killed`);
         rmSync(dataDir, { recursive: true, force: true });
       } finally {
+        tlsAgent?.destroy();
         forget();
       }
     },

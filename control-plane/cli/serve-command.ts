@@ -11,6 +11,7 @@ import { CliError, intOption, parse, UsageError } from "./args.js";
 import { defaultAdmissionLimits } from "../manager/admission.js";
 import { setting, settingsHelp, type SettingName } from "../settings.js";
 import { hostname } from "node:os";
+import { TlsConfigError, type TlsFiles } from "../tls/certificates.js";
 
 const HELP = `Usage: locale2b serve [options]
 
@@ -51,6 +52,13 @@ Options:
 ${RUNTIMES.map((r) => `                             ${r.warmPoolDefault} on ${r.name}`).join("\n")})
       --domain NAME          route <port>-<sandboxId>.NAME hosts to sandboxes
                              (default localhost)
+      --tls-cert FILE        serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN) on the port, with
+      --tls-key FILE         this PEM certificate (chain) and its unencrypted key: a
+                             wildcard for *.NAME of --domain covers the sandbox hosts.
+                             Repeat both for one certificate per host (chosen by SNI,
+                             the first is the default). The files are read again when
+                             they change; open connections keep their certificate
+                             (default: $LOCALE2B_TLS_CERT, $LOCALE2B_TLS_KEY; docs/tls.md)
       --runtime NAME         sandbox runtime, one of:
 ${RUNTIMES.map((r) => `                               ${r.name}: ${r.help}`).join("\n")}
                              Default: $LOCALE2B_RUNTIME, else ${DEFAULT_RUNTIME}. 'locale2b doctor'
@@ -121,6 +129,8 @@ export interface ServeOptions {
   nodeName?: string;
   /** `locale2b node`: a fleet node, reached by the API replicas at advertiseUrl with the node token. */
   fleet?: { advertiseUrl?: string; token: string };
+  /** Certificate and key files: serve TLS. */
+  tls?: TlsFiles[];
 }
 
 /** `serve`: one box, everything; `node`: a fleet node behind `locale2b api` replicas. */
@@ -158,6 +168,8 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       "no-sandbox-activity": { type: "boolean" },
       "max-concurrent-creates": { type: "string" },
       "create-queue": { type: "string" },
+      "tls-cert": { type: "string", multiple: true },
+      "tls-key": { type: "string", multiple: true },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -189,7 +201,10 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     }
     fleet = { ...(advertiseUrl ? { advertiseUrl: advertiseUrl.replace(/\/$/, "") } : {}), token: nodeTokenSetting("node", env) };
   }
+  const tls = tlsFiles(values["tls-cert"], values["tls-key"], env);
+  if (tls && role === "node") throw new CliError("locale2b node does not serve TLS itself: its link to the API replicas is plain HTTP with the node token (run it on a private network); terminate TLS for clients in front of the API replicas (a load balancer or Ingress; docs/fleet.md)", 2);
   return {
+    ...(tls ? { tls } : {}),
     ...(databaseUrl ? { databaseUrl } : {}),
     ...(nodeName ? { nodeName } : {}),
     ...(fleet ? { fleet } : {}),
@@ -209,8 +224,24 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
   };
 }
 
+/**
+ * The --tls-cert/--tls-key pairs, in order (flags win; else the variables,
+ * comma-separated lists paired by position); undefined: no TLS.
+ */
+function tlsFiles(certFlags: string[] | undefined, keyFlags: string[] | undefined, env: NodeJS.ProcessEnv): TlsFiles[] | undefined {
+  const list = (v: string | undefined) => (v ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  const flags = (certFlags?.length ?? 0) + (keyFlags?.length ?? 0) > 0;
+  const certs = flags ? (certFlags ?? []) : list(setting("LOCALE2B_TLS_CERT", env));
+  const keys = flags ? (keyFlags ?? []) : list(setting("LOCALE2B_TLS_KEY", env));
+  const [c, k] = flags ? ["--tls-cert", "--tls-key"] : ["LOCALE2B_TLS_CERT", "LOCALE2B_TLS_KEY"];
+  if (certs.length !== keys.length) {
+    throw new UsageError(`${c} and ${k} go in pairs: got ${certs.length} certificate(s) and ${keys.length} key(s)`, "serve");
+  }
+  return certs.length ? certs.map((cert, i) => ({ cert, key: keys[i]! })) : undefined;
+}
+
 /** The retention, sampling and session options (flags, then their LOCALE2B_* variables). */
-function activityOptions(values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): Pick<ServeOptions, "activity" | "workspace"> {
+function activityOptions(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv): Pick<ServeOptions, "activity" | "workspace"> {
   const opt = (flag: string, variable: SettingName, min: number, max: number) =>
     intOption((values[flag] as string | undefined) ?? setting(variable, env), `--${flag}`, "serve", { min, max });
   const auditDays = opt("audit-retention-days", "LOCALE2B_AUDIT_RETENTION_DAYS", 1, 3650);
@@ -234,14 +265,14 @@ function activityOptions(values: Record<string, string | boolean | undefined>, e
 }
 
 /** A URL a client on this machine can use: wildcard addresses become loopback. */
-function clientUrl(host: string, port: number): string {
+function clientUrl(host: string, port: number, tls: boolean): string {
   const h = host === "0.0.0.0" ? "127.0.0.1" : host === "::" || host === "[::]" ? "[::1]" : host.includes(":") ? `[${host}]` : host;
-  return `http://${h}:${port}`;
+  return `${tls ? "https" : "http"}://${h}:${port}`;
 }
 
 /** What `serve` prints once on stdout: where it listens and how to point the E2B SDK at it. */
 export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "port" | "createdApiKey" | "notes" | "runtime">): string {
-  const url = clientUrl(opts.host, cp.port);
+  const url = clientUrl(opts.host, cp.port, opts.tls !== undefined);
   const lines = [
     `locale2b is listening on ${url} (runtime: ${cp.runtime.name}, data dir: ${opts.dataDir})`,
     "",
@@ -249,6 +280,13 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
     `  export E2B_API_URL=${url}`,
     `  export E2B_SANDBOX_URL=${url}`,
   ];
+  if (opts.tls && opts.domain && opts.domain !== "localhost") {
+    const domain = /:\d+$/.test(opts.domain) || cp.port === 443 ? opts.domain : `${opts.domain}:${cp.port}`;
+    lines.push(
+      `  (or, with wildcard DNS for *.${opts.domain.replace(/:\d+$/, "")} pointing here, only E2B_DOMAIN=${domain}: the SDK then reaches`,
+      `   https://api.${domain} and https://<port>-<id>.${domain}; docs/tls.md)`,
+    );
+  }
   const workspace = [
     "",
     "Point an agent harness at its workspace API (same sandboxes, same keys, X-API-Key header):",
@@ -339,6 +377,7 @@ export async function runServeCommand(args: string[], role: ServeRole = "serve")
       ...(opts.fleet ? { fleet: opts.fleet } : {}),
       limits,
       domain: opts.domain,
+      ...(opts.tls ? { tls: opts.tls } : {}),
       apiKey: opts.apiKey,
       runtime,
       createRuntime: other,
@@ -357,6 +396,7 @@ export async function runServeCommand(args: string[], role: ServeRole = "serve")
     if (e instanceof Error && e.name === "RuntimeUnavailableError") {
       throw new CliError(`cannot start the '${opts.runtime}' runtime: ${e.message}`, 2);
     }
+    if (e instanceof TlsConfigError) throw new CliError(`cannot serve TLS: ${e.message}`, 2);
     if (e.code === "EADDRINUSE") throw new CliError(`port ${opts.port} on ${opts.host} is in use: pick another with --port`);
     if (e.code === "EACCES" || e.code === "EROFS") throw new CliError(`cannot use ${opts.dataDir}: ${e.message} (choose another with --data-dir)`);
     throw err;

@@ -40,6 +40,12 @@ export class ControlPlaneMetrics {
     "type",
     EVENT_TYPES,
   );
+  private readonly connections = new LabeledCounter(
+    "locale2b_connections_total",
+    "Connections accepted on the API port, by protocol: http/1.1 and h2c in clear text, https/1.1 and h2 over TLS (ALPN).",
+    "protocol",
+    ["http/1.1", "h2c", "https/1.1", "h2"],
+  );
   private openStreams = 0;
   private readonly startedAt = Date.now();
   private readonly unsubscribe: (() => void) | undefined;
@@ -63,6 +69,10 @@ export class ControlPlaneMetrics {
 
   addProxiedBytes(direction: "in" | "out", n: number): void {
     this.proxied.inc(direction, n);
+  }
+
+  connectionAccepted(protocol: string): void {
+    this.connections.inc(protocol);
   }
 
   streamOpened(): void {
@@ -89,6 +99,7 @@ export class ControlPlaneMetrics {
     out += header("locale2b_proxy_open_streams", "gauge", "Requests and streams the envd proxy has open.");
     out += sample("locale2b_proxy_open_streams", {}, this.openStreams);
     out += this.events.render();
+    out += this.connections.render();
     if (admission) out += renderAdmission(admission);
     if (warmReady !== undefined) {
       out += header("locale2b_warm_pool_ready", "gauge", "Sandboxes started ahead of time and ready to hand out (--warm-pool).");

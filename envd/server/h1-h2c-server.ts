@@ -5,6 +5,9 @@ import type { Duplex } from "node:stream";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
+/** The protocol a connection was handed to: HTTP/1.1 or HTTP/2, in clear text or over TLS (ALPN's `h2`). */
+export type ConnectionProtocol = "http/1.1" | "h2c" | "https/1.1" | "h2";
+
 export type RequestHandler = (
   req: http.IncomingMessage | http2.Http2ServerRequest,
   res: http.ServerResponse | http2.Http2ServerResponse,
@@ -29,7 +32,12 @@ export class H1H2cServer {
    * when it returns false, the request is served by `handler` as if it had no
    * Upgrade header (as RFC 9110 allows), e.g. `curl --http2` on cleartext.
    */
-  constructor(handler: RequestHandler, onUpgrade?: (req: http.IncomingMessage, socket: Duplex, head: Buffer) => boolean) {
+  constructor(
+    handler: RequestHandler,
+    onUpgrade?: (req: http.IncomingMessage, socket: Duplex, head: Buffer) => boolean,
+    /** Told which server each connection goes to (the control plane counts them). */
+    private readonly onProtocol?: (protocol: ConnectionProtocol) => void,
+  ) {
     this.h1 = http.createServer({ keepAliveTimeout: 640_000, requestTimeout: 0, headersTimeout: 60_000 }, handler);
     if (onUpgrade) {
       this.h1.on("upgrade", (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
@@ -46,8 +54,7 @@ export class H1H2cServer {
 
   /** Serves one accepted connection (from any listener: TCP, Unix, hybrid vsock). */
   accept(socket: net.Socket): void {
-    this.sockets.add(socket);
-    socket.once("close", () => this.sockets.delete(socket));
+    this.track(socket);
     let seen: Buffer = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       seen = seen.length ? Buffer.concat([seen, chunk]) : chunk;
@@ -61,9 +68,9 @@ export class H1H2cServer {
       if (isH2) {
         // The http2 session reads what is buffered on the next tick; resuming
         // now would flush those bytes to no listener.
-        this.h2.emit("connection", socket);
+        this.serveH2(socket);
       } else {
-        this.h1.emit("connection", socket);
+        this.serveH1(socket);
         // The resume delivers the bytes put back before it announces itself: when they fill the request's
         // buffer, the HTTP server pauses the socket (stopping its reads) and then, on the late `resume`
         // event, starts reading again, with the stream still paused. Every later pause is then a no-op and
@@ -80,11 +87,35 @@ export class H1H2cServer {
     socket.on("error", onError);
   }
 
+  /** Serves a connection whose protocol is already known (TLS: chosen by ALPN) as HTTP/1.1. */
+  serveH1(socket: net.Socket): void {
+    this.track(socket);
+    this.onProtocol?.(isTls(socket) ? "https/1.1" : "http/1.1");
+    this.h1.emit("connection", socket);
+  }
+
+  /** Serves a connection whose protocol is already known (TLS: chosen by ALPN, or the h2c preface) as HTTP/2. */
+  serveH2(socket: net.Socket): void {
+    this.track(socket);
+    this.onProtocol?.(isTls(socket) ? "h2" : "h2c");
+    this.h2.emit("connection", socket);
+  }
+
+  private track(socket: net.Socket): void {
+    if (this.sockets.has(socket)) return;
+    this.sockets.add(socket);
+    socket.once("close", () => this.sockets.delete(socket));
+  }
+
   /** Ends every connection, HTTP/1.1 and HTTP/2 alike (close the listeners first). */
   close(): void {
     for (const s of this.sessions) s.destroy();
     for (const s of this.sockets) s.destroy();
   }
+}
+
+function isTls(socket: net.Socket): boolean {
+  return (socket as { encrypted?: boolean }).encrypted === true;
 }
 
 /**

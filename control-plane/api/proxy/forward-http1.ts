@@ -1,7 +1,8 @@
 // The HTTP/1.1 hop of the proxy: one request streamed to a sandbox over a
 // pooled vsock connection and the answer streamed back, header names in the
 // client's case, no buffering, no timeouts; either side going away ends the
-// other.
+// other. The client may speak HTTP/2 (a browser or curl on https:// picks it
+// by ALPN): its request goes on as HTTP/1.1, as a server in a sandbox expects.
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import type { ControlPlaneMetrics } from "../../metrics/metrics.js";
 import { endToEndRawHeaders, hasRawHeader, isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "./http.js";
@@ -33,7 +34,8 @@ export function forwardHttp1(
   // Header names go on in the client's case (and come back in the server's), as E2B's proxy keeps them.
   let headers = endToEndRawHeaders(req.rawHeaders);
   if (opts.host !== undefined) headers = withMaskedHost(headers, opts.host);
-  else if (!hasRawHeader(headers, "host")) headers.push("Host", "localhost");
+  // An HTTP/2 client names the host in :authority (dropped above with the other pseudo-headers): it becomes Host.
+  else if (!hasRawHeader(headers, "host")) headers.push("Host", String(req.headers[":authority"] ?? "localhost"));
   if (opts.extraHeaders) headers.push(...opts.extraHeaders);
   const upstream = http.request({ agent, method: req.method, path: req.url, headers });
   upstream.on("response", (upRes) => {

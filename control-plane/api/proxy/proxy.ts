@@ -119,15 +119,13 @@ export function createEnvdProxy(deps: ApiDeps): EnvdProxy {
 
   /**
    * A server the user runs in the sandbox (E2B's `getHost(port)`): HTTP/1.1
-   * through the guest init's port forwarder. Public, as on E2B, unless the
+   * through the guest init's port forwarder, whether the client came over
+   * HTTP/1.1 or HTTP/2 (as browsers and curl do on https://). Public, as on E2B, unless the
    * sandbox was created with allowPublicTraffic: false; with the sandbox's
    * maskRequestHost as Host when it has one.
    */
   const forwardUserPort = (req: IncomingMessage, res: ServerResponse, sandboxId: string, port: number, route: SandboxRoute): void => {
     if (!trafficAllowed(req, route)) return sendProxyError(res, 403, trafficRefusal(sandboxId), false);
-    if (req.httpVersionMajor === 2) {
-      return sendProxyError(res, 502, `port ${port} of sandbox ${sandboxId}: user ports are served over HTTP/1.1 only`, false);
-    }
     forwardHttp1(req, res, sandboxId, route.endpoint.agent(port), metrics, {
       describe: (err) => `sandbox ${sandboxId}: ${err.message}`,
       host: maskedHost(route.maskRequestHost, port),

@@ -208,10 +208,11 @@ async function fileUploadLink({ req, res, params, deps }: RestContext): Promise<
   sendJson(res, 201, await service(deps).fileUpload(params.templateID!, params.hash!, baseUrlOf(req)));
 }
 
-/** The scheme and host a client reached this server at (a proxy in front says so in X-Forwarded-*). */
+/** The scheme and host a client reached this server at (a proxy in front says so in X-Forwarded-*; HTTP/2 names the host in :authority). */
 function baseUrlOf(req: IncomingMessage): string {
-  const proto = String(req.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim() || "http";
-  const host = String(req.headers["x-forwarded-host"] ?? req.headers.host ?? "localhost").split(",")[0]!.trim();
+  const encrypted = (req.socket as { encrypted?: boolean } | undefined)?.encrypted === true;
+  const proto = String(req.headers["x-forwarded-proto"] ?? "").split(",")[0]!.trim() || (encrypted ? "https" : "http");
+  const host = String(req.headers["x-forwarded-host"] ?? req.headers.host ?? req.headers[":authority"] ?? "localhost").split(",")[0]!.trim();
   return `${proto === "https" ? "https" : "http"}://${host}`;
 }
 
