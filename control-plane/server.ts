@@ -40,6 +40,7 @@ import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
+import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
 import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
 import { TlsFront } from "./tls/tls-front.js";
@@ -194,6 +195,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     dropWarm: (image) => managerRef?.dropWarm(image) ?? Promise.resolve(),
     log: log.child({ component: "templates" }),
   });
+  // A fleet node copies a template's image from another node when a create of it lands here first.
+  const puller = opts.fleet ? imagePuller({ imagesDir: images, dataDir: opts.dataDir, store, self: nodeName!, token: opts.fleet.token, log }) : undefined;
   const manager = new SandboxManager({
     store,
     ...(nodeName !== undefined ? { node: nodeName } : {}),
@@ -212,6 +215,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     warmPool: opts.warmPool,
     templateWarmPool: opts.templateWarmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
+    ...(puller ? { ensureImage: (image: string) => puller.ensure(image) } : {}),
     prepare: async (target, dir, guest) => {
       const sandboxLog = log.child({ sandboxId: target.endpoint.sandboxId });
       if (guest) await applyGuestIdentity(envdRpc, target, guest, sandboxLog);
@@ -274,6 +278,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ code: 401, message: NODE_ONLY_MESSAGE }));
       return;
     }
+    if (fleet && req.method === "GET" && req.url?.startsWith(IMAGE_ROUTE)) return serveImage(images, req, res, log);
     if (proxy.matches(req)) return proxy.handle(req, res);
     if (applyCors(req, res)) return;
     if (workspace.matches(req)) return workspace.handle(req, res);

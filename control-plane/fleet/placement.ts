@@ -5,7 +5,7 @@ import { NODE_LOST_MS, nodeTakes, type NodeRecord } from "../domain/node.js";
 
 export interface PlacementAsk {
   memoryMB: number;
-  /** Only nodes that have this image (a template built on one node), or any when absent. */
+  /** The template's image (a Template SDK build): nodes that have it first; the others copy it. */
   image?: string;
   /** Only this node (a snapshot's files are there). */
   node?: string;
@@ -23,21 +23,27 @@ function load(n: NodeRecord): number {
 }
 
 /**
- * The nodes that may take the create, best first (least loaded, then fewest
- * sandboxes, then by name); or why none may.
+ * The nodes that may take the create, best first: those that have the
+ * template's image (least loaded, then fewest sandboxes, then by name), then
+ * the others, which copy the image from a holder first (fleet/image-transfer.ts);
+ * or why none may.
  */
 export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now()): Placement {
   const alive = nodes.filter((n) => now - n.heartbeatAt <= NODE_LOST_MS);
-  const eligible = alive.filter((n) => n.state === "ready" && (ask.node === undefined || n.name === ask.node) && (ask.image === undefined || n.images.includes(ask.image)));
+  if (ask.image !== undefined && !alive.some((n) => n.images.includes(ask.image!))) {
+    return { ok: false, why: "none", message: `no node can take this sandbox: its template's image '${ask.image}' is on no live node (the node that built it is gone): build the template again` };
+  }
+  const eligible = alive.filter((n) => n.state === "ready" && (ask.node === undefined || n.name === ask.node));
   const withRoom = eligible.filter((n) => nodeTakes(n, ask.memoryMB, now));
   if (withRoom.length) {
-    return { ok: true, nodes: withRoom.sort((a, b) => load(a) - load(b) || a.capacity.sandboxes - b.capacity.sandboxes || (a.name < b.name ? -1 : 1)) };
+    const has = (n: NodeRecord) => (ask.image === undefined || n.images.includes(ask.image) ? 0 : 1);
+    return { ok: true, nodes: withRoom.sort((a, b) => has(a) - has(b) || load(a) - load(b) || a.capacity.sandboxes - b.capacity.sandboxes || (a.name < b.name ? -1 : 1)) };
   }
   if (eligible.length) {
     return { ok: false, why: "full", message: `the fleet is full: ${eligible.length} node${eligible.length > 1 ? "s" : ""} could take this sandbox and none has room for ${ask.memoryMB} MiB more; retry later, or kill or pause some sandboxes` };
   }
-  const where = ask.node !== undefined ? `node '${ask.node}' (where its snapshot is)` : ask.image !== undefined ? `a node that has the image '${ask.image}'` : "a node";
-  const why = alive.length === 0 ? `no node has sent a heartbeat in the last ${NODE_LOST_MS / 1000} s` : `${alive.length} live node${alive.length > 1 ? "s" : ""}, none ready for it (cordoned, or without the image)`;
+  const where = ask.node !== undefined ? `node '${ask.node}' (where its snapshot is)` : "a node";
+  const why = alive.length === 0 ? `no node has sent a heartbeat in the last ${NODE_LOST_MS / 1000} s` : `${alive.length} live node${alive.length > 1 ? "s" : ""}, none ready for it (cordoned${ask.node !== undefined ? ", or not that node" : ""})`;
   return { ok: false, why: "none", message: `no node can take this sandbox: it needs ${where}; ${why}` };
 }
 

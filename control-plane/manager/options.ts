@@ -87,5 +87,7 @@ export interface ManagerOptions {
    * watch, sessions) while it still runs. They reopen on its resume.
    */
   quiesce?: (sandboxId: string) => Promise<void>;
+  /** A fleet node: makes sure a template's image is on this host before a create boots it (copied from another node). */
+  ensureImage?: (image: string) => Promise<void>;
   log: Logger;
 }

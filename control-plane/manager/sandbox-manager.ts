@@ -204,6 +204,11 @@ export class SandboxManager {
     }
     const image = template.boot.image;
     const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
+    if (this.o.ensureImage && !input.fromSnapshot) {
+      await this.o.ensureImage(image).catch((err: Error) => {
+        throw new ControlPlaneError("unavailable", `template '${input.templateId}' is not on this node and could not be copied here: ${err.message}`);
+      });
+    }
     const from = input.fromSnapshot;
     const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(image)).catch((err: Error) => {
       throw new ControlPlaneError("unavailable", `template '${input.templateId}' runs on a runtime this host cannot start: ${err.message}`);

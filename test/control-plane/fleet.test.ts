@@ -7,10 +7,11 @@
 // node behave as docs/fleet.md says.
 import { randomBytes } from "node:crypto";
 import http from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CommandExitError, Sandbox } from "e2b";
+import { CommandExitError, Sandbox, Template } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
@@ -21,6 +22,26 @@ const missing = postgresMissing() ?? (process.getuid?.() !== 0 ? "the process ru
 if (missing) console.warn(`fleet.test.ts: skipping: ${missing}`);
 
 const TOKEN = randomBytes(32).toString("hex");
+
+/**
+ * An image cache of n2's own, as a second host has: the built-in \`base\` and
+ * envd's runtime linked in from the shared cache (hard links: built images are
+ * never changed in place), without the shared cache's Template SDK builds or
+ * any tree a runtime changes (id-shifted copies, holders).
+ */
+function ownImagesDir(): string {
+  const shared = process.env.LOCALE2B_IMAGES_DIR!;
+  const dir = mkdtempSync(join(tmpdir(), "locale2b-fleet-images-"));
+  const base = readFileSync(join(shared, "templates", "base.current"), "utf8").trim();
+  mkdirSync(join(dir, "templates"));
+  for (const sub of ["envd", "init", "runtime", "kernels", "node-hash.json"]) {
+    if (existsSync(join(shared, sub))) execFileSync("cp", ["-al", join(shared, sub), join(dir, sub)]);
+  }
+  execFileSync("cp", ["-al", join(shared, "templates", base), join(dir, "templates", base)]);
+  for (const n of readdirSync(join(dir, "templates", base))) if (n.startsWith("rootfs-ids-") || n === ".refs") rmSync(join(dir, "templates", base, n), { recursive: true, force: true });
+  writeFileSync(join(dir, "templates", "base.current"), base);
+  return dir;
+}
 
 /** A request with a Host of our choosing (getHost's `<port>-<id>.<domain>`), as a browser on wildcard DNS sends it. */
 function get(base: string, host: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
@@ -58,6 +79,7 @@ describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, on
   const nodeDirs: Record<string, string> = {};
   const nodes: Record<string, Served> = {};
   const env = () => ({ LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: TOKEN, LOCALE2B_NO_IMAGE_BUILD: "1" });
+  let n2Images: string;
   const startApi = async () => {
     const s = await startCli(["api", "--port", "0", "--host", "127.0.0.1"], env(), /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/);
     procs.push(s);
@@ -68,7 +90,7 @@ describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, on
     dirs.push(nodeDirs[name]!);
     const s = await startCli(
       ["node", "--port", "0", "--host", "127.0.0.1", "--data-dir", nodeDirs[name]!, "--node-name", name, "--warm-pool", "0", "--domain", `localhost:${new URL(api1.url).port}`],
-      env(),
+      { ...env(), ...(name === "n2" ? { LOCALE2B_IMAGES_DIR: n2Images } : {}) },
       /reach it at (http:\/\/\S+);/,
     );
     procs.push(s);
@@ -84,6 +106,8 @@ describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, on
     api1 = await startApi();
     key = /export E2B_API_KEY=(e2b_[0-9a-f]{40})/.exec(api1.banner)![1]!;
     api2 = await startApi();
+    n2Images = ownImagesDir();
+    dirs.push(n2Images);
     expect(api2.banner).not.toMatch(/E2B_API_KEY=e2b_/); // one key, made by the first replica
     await startNode("n1");
     await startNode("n2");
@@ -224,6 +248,31 @@ EOF`,
     const gone = await fetch(`${api1.url}/sandboxes/${made[0]!.sandboxId}`, { headers: { "x-api-key": key } });
     expect(gone.status).toBe(404);
   }, 240_000);
+
+  it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
+    const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
+    const built = await Template.build(t, "fleet-tpl", { apiKey: key, apiUrl: api2.url, onBuildLogs: () => undefined });
+    const image = `@${built.buildId}`;
+    const holders = async () => (await store.listNodes()).filter((n) => n.images.includes(image)).map((n) => n.name);
+    const builtOn = await until("the build in a heartbeat", async () => ((await holders()).length ? holders() : undefined), 40, 500);
+    expect(builtOn).toEqual(["n1"]); // the replicas send template builds to the first ready node
+    // Only n2 takes creates now: it copies the image from n1, then boots it.
+    await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    try {
+      const sbx = await Sandbox.create("fleet-tpl", { ...opts(api1), timeoutMs: 120_000 });
+      expect(await nodeOf(sbx.sandboxId)).toBe("n2");
+      expect((await sbx.commands.run("cat /home/user/marker.txt")).stdout).toBe("built-in-the-fleet\n");
+      await sbx.kill();
+      expect(existsSync(join(n2Images, "templates", `${image}.current`))).toBe(true);
+      await until("the copy in n2's heartbeat", async () => ((await holders()).length === 2 ? true : undefined), 40, 500);
+    } finally {
+      await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    }
+    // Deleted through a replica: gone for creates everywhere.
+    expect((await fetch(`${api1.url}/templates/${built.templateId}`, { method: "DELETE", headers: { "x-api-key": key } })).status).toBe(204);
+    const gone = await fetch(`${api1.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "fleet-tpl" }) });
+    expect(gone.status).toBe(404);
+  }, 600_000);
 
   it("a cordoned node takes no creates; a restarted node adopts its sandboxes; a lost node's sandboxes say so and creates go elsewhere", async () => {
     expect((await runCli(["nodes", "cordon", "n2"], { LOCALE2B_DATABASE_URL: db })).stdout).toBe("cordoned n2\n");

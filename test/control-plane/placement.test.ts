@@ -65,12 +65,17 @@ describe("placement over 100 nodes", () => {
     expect(place(tight, { memoryMB: 512 }, NOW)).toMatchObject({ ok: false, why: "full" });
   });
 
-  it("keeps a template's creates on nodes with its image and a snapshot's on its node", () => {
+  it("puts a template's creates on nodes with its image first, others when those are full, and a snapshot's on its node", () => {
     const nodes = Array.from({ length: 100 }, (_, i) => node(i, i % 10 === 3 ? { images: ["base", "@build-7"] } : {}));
+    const holders = nodes.filter((_, i) => i % 10 === 3).map((n) => n.name);
     const built = burst(nodes, 100, { memoryMB: 512, image: "@build-7" } as { memoryMB: number });
-    expect([...built.keys()].sort()).toEqual(nodes.filter((_, i) => i % 10 === 3).map((n) => n.name));
-    const p = place(nodes, { memoryMB: 512, node: "node-042" }, NOW);
-    expect(p.ok && p.nodes.map((n) => n.name)).toEqual(["node-042"]);
+    expect([...built.keys()].sort()).toEqual(holders);
+    // The holders full: the next create goes to another node (which copies the image).
+    const full = nodes.map((n, i) => (i % 10 === 3 ? { ...n, capacity: { ...n.capacity, sandboxes: 100 } } : n));
+    const p = place(full, { memoryMB: 512, image: "@build-7" }, NOW);
+    expect(p.ok && holders.includes(p.nodes[0]!.name)).toBe(false);
+    const s = place(nodes, { memoryMB: 512, node: "node-042" }, NOW);
+    expect(s.ok && s.nodes.map((n) => n.name)).toEqual(["node-042"]);
   });
 
   it("answers 'full' (429 with Retry-After) when nodes could take it but have no room, 'none' (503) when none could", () => {
@@ -87,7 +92,7 @@ describe("placement over 100 nodes", () => {
     expect(!c.ok && c.message).toMatch(/no node has sent a heartbeat in the last 20 s/);
 
     const d = place(Array.from({ length: 100 }, (_, i) => node(i)), { memoryMB: 512, image: "@gone" }, NOW);
-    expect(!d.ok && d.message).toMatch(/needs a node that has the image '@gone'/);
+    expect(!d.ok && d.message).toMatch(/its template's image '@gone' is on no live node \(the node that built it is gone\): build the template again/);
   });
 
   it("forgets this replica's placements once a node's heartbeat counts them", () => {
