@@ -25,6 +25,12 @@ import { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
 import { dropHeader, NODE_TOKEN_HEADER } from "./node-agent.js";
 import { PendingPlacements, place } from "./placement.js";
+import { registerFleetConnect, type FleetView } from "./connect-api.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { connectAdapter } from "../../envd/server/connect-adapter.js";
+import { registerReflection } from "../../envd/server/reflection.js";
+import { SandboxService } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
+import { TemplateService } from "../../gen/ts/locale2b/controlplane/v1/template_pb.js";
 
 export interface FleetApiOptions {
   host: string;
@@ -95,6 +101,20 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   // The nodes, as the store had them at most NODES_TTL_MS ago, with this replica's own placements since counted in.
   let nodes: NodeRecord[] = [];
   let nodesAt = 0;
+  /**
+   * The nodes for a placement: as their heartbeats said, with their sandboxes
+   * counted afresh from the store (every replica's creates are there as soon
+   * as they start, heartbeats come every few seconds).
+   */
+  const nodesForPlacement = async (): Promise<NodeRecord[]> => {
+    const [all, loads] = await Promise.all([readNodes(true), store.nodeLoads()]);
+    const byNode = new Map(loads.map((l) => [l.node, l]));
+    return all.map((n) => {
+      const l = byNode.get(n.name);
+      if (!l) return n;
+      return { ...n, capacity: { ...n.capacity, sandboxes: Math.max(n.capacity.sandboxes, l.sandboxes), memoryMB: Math.max(n.capacity.memoryMB, l.memoryMB) } };
+    });
+  };
   const readNodes = async (fresh = false): Promise<NodeRecord[]> => {
     if (fresh || Date.now() - nodesAt > NODES_TTL_MS) {
       nodes = await store.listNodes();
@@ -120,6 +140,8 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     const all = await readNodes();
     return { node: all.find((n) => n.name === name) ?? (await store.getNode(name)), name };
   };
+  /** Templates and snapshots: their records are shared; builds run on, and template files go to, one node (the first ready one by name). */
+  const templateNode = async (): Promise<NodeRecord | undefined> => (await readNodes()).filter((n) => live(n) && n.state === "ready")[0];
   const lostMessage = (sandboxId: string, name: string, n: NodeRecord | undefined) =>
     `sandbox ${sandboxId} was lost with node '${name}': ${n ? `no heartbeat for ${Math.round((Date.now() - n.heartbeatAt) / 1000)} s` : "the node is not in the fleet any more"}`;
 
@@ -171,8 +193,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     });
 
   /** What a create needs of its node: the template's image (when only nodes that built it have it), its snapshot's node, its memory. */
-  const createAsk = async (body: Json): Promise<{ memoryMB: number; image?: string; node?: string }> => {
-    const raw = typeof body.templateID === "string" ? body.templateID : "base";
+  const createAsk = async (raw: string): Promise<{ memoryMB: number; image?: string; node?: string }> => {
     const ref = parseTemplateRef(raw);
     if ("problem" in ref) return { memoryMB: DEFAULT_MEMORY_MB };
     const t = (await store.templateByName(ref.base)) ?? (await store.getTemplate(ref.base));
@@ -199,8 +220,8 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     } catch {
       // the node answers a malformed body with its own 400
     }
-    const ask = await createAsk(parsed);
-    const placement = place(pending.apply(await readNodes(true)), ask);
+    const ask = await createAsk(typeof parsed.templateID === "string" ? parsed.templateID : "base");
+    const placement = place(pending.apply(await nodesForPlacement()), ask);
     if (!placement.ok) return sendError(res, placement.why === "full" ? 429 : 503, placement.message, placement.why === "full" ? { "retry-after": "5" } : {});
     // The best node first; one that is full after all (its last heartbeat was behind) passes it on to the next.
     let last: { status: number; headers: http.IncomingHttpHeaders; body: Buffer } | undefined;
@@ -270,7 +291,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   };
 
   /** Templates and snapshots: their records are shared; builds run on, and template files go to, one node (the first ready one by name). */
-  const templateNode = async (): Promise<NodeRecord | undefined> => (await readNodes()).filter((n) => live(n) && n.state === "ready")[0];
 
   const sandboxRequest = async (req: IncomingMessage, res: ServerResponse, sandboxId: string, proxy: boolean) => {
     const where = await locate(sandboxId);
@@ -289,10 +309,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     const path = (req.url ?? "/").split("?")[0]!;
     if (path.startsWith("/workspace")) {
       return sendError(res, 501, "the workspace API is not served by a fleet's API replicas yet: use the E2B API (E2B SDKs) through this Service, or a single-host `locale2b serve`");
-    }
-    if (isConnectPath(req.url)) {
-      res.writeHead(501, { "content-type": "application/json" }).end(JSON.stringify({ code: "unimplemented", message: "the Connect API is not served by a fleet's API replicas yet: use the E2B REST API (E2B SDKs) through this Service" }));
-      return;
     }
     // Signed template-file uploads authenticate themselves (their URL); every other route needs a key.
     const upload = req.method === "PUT" && /^\/templates\/[^/]+\/files\/[^/]+$/.test(path);
@@ -316,6 +332,43 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     }
     sendError(res, 404, `no route for ${req.method} ${path}`);
   };
+
+  const view: FleetView = {
+    token: o.nodeToken,
+    log,
+    liveNodes: async () => (await readNodes()).filter(live),
+    async nodeOf(sandboxId) {
+      const where = await locate(sandboxId);
+      if (!where) throw new ConnectError(`sandbox '${sandboxId}' not found`, Code.NotFound);
+      if (!where.node || !live(where.node)) throw new ConnectError(lostMessage(sandboxId, where.name, where.node), Code.Unavailable);
+      return where.node;
+    },
+    async placeCreate(templateId) {
+      const ask = await createAsk(templateId);
+      const placement = place(pending.apply(await nodesForPlacement()), ask);
+      if (!placement.ok) throw new ConnectError(placement.message, placement.why === "full" ? Code.ResourceExhausted : Code.Unavailable);
+      pending.note(placement.nodes[0]!.name, ask.memoryMB);
+      return { nodes: placement.nodes, ask };
+    },
+    placed: (node, sandboxId) => void nodeOfSandbox.set(sandboxId, node),
+    templateNode,
+    async snapshotNode(snapshotId) {
+      const snap = (await store.listSnapshots()).find((x) => x.id === snapshotId || x.name === snapshotId);
+      return snap?.node !== undefined ? (await readNodes()).find((n) => n.name === snap.node && live(n)) : undefined;
+    },
+    agentFor,
+  };
+  const rpc = connectAdapter({
+    jsonOptions: { ignoreUnknownFields: true },
+    routes(router) {
+      registerFleetConnect(router, view);
+      registerReflection(router, [SandboxService.file, TemplateService.file]);
+    },
+    fallback: (req, res) => void rest(req as IncomingMessage, res as ServerResponse).catch((err: unknown) => {
+      log.error({ err, url: req.url }, "fleet API request failed");
+      if (!res.headersSent) sendError(res as ServerResponse, 502, `the fleet API failed: ${(err as Error).message}`);
+    }),
+  });
 
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     dropHeader(req, NODE_TOKEN_HEADER); // a client's own is never passed on
@@ -342,7 +395,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     if (req.method === "GET" && req.url === "/metrics") {
       return void res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics.render({}, []));
     }
-    rest(req, res).catch(fail);
+    rpc(req, res);
   };
 
   const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): boolean => {

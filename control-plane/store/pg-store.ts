@@ -391,6 +391,13 @@ export class PgStore implements Store {
     return row ? nodeOf(row) : undefined;
   }
 
+  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]> {
+    const rows = await this.rows<{ node: string; sandboxes: number; memory: number }>(
+      "SELECT node, count(*)::int AS sandboxes, coalesce(sum((record::json->>'memoryMB')::int), 0)::int AS memory FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
+    );
+    return rows.map((r) => ({ node: r.node, sandboxes: r.sandboxes, memoryMB: r.memory }));
+  }
+
   async listNodes(): Promise<NodeRecord[]> {
     return (await this.rows<{ state: string; record: string }>('SELECT state, record FROM nodes ORDER BY name COLLATE "C"')).map(nodeOf);
   }

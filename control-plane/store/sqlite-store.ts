@@ -395,6 +395,13 @@ export class SqliteStore implements Store {
     return row ? nodeOf(row) : undefined;
   }
 
+  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]> {
+    const rows = this.db.all(
+      "SELECT node, count(*) AS sandboxes, coalesce(sum(json_extract(record, '$.memoryMB')), 0) AS memory FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
+    ) as { node: string; sandboxes: number; memory: number }[];
+    return rows.map((r) => ({ node: r.node, sandboxes: Number(r.sandboxes), memoryMB: Number(r.memory) }));
+  }
+
   async listNodes(): Promise<NodeRecord[]> {
     return (this.db.all("SELECT state, record FROM nodes ORDER BY name") as { state: string; record: string }[]).map(nodeOf);
   }

@@ -73,6 +73,8 @@ export interface Store {
   /** Cordons or readies a node; a heartbeat (putNode) never changes its state. False when there is no such node. */
   setNodeState(name: string, state: NodeRecord["state"]): Promise<boolean>;
   deleteNode(name: string): Promise<boolean>;
+  /** Per node, its sandboxes that are not killed and the memory they were given (MiB), as the store has them now. */
+  nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]>;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): Promise<string | undefined>;

@@ -249,6 +249,33 @@ EOF`,
     expect(gone.status).toBe(404);
   }, 240_000);
 
+  it("the Connect API (the locale2b CLI) through the replicas: create, list across nodes, exec, pause and resume, kill; errors keep their codes", async () => {
+    const cli = (api: Served, [sub, ...args]: string[]) => runCli(["sandbox", sub!, "--url", api.url, ...args], { LOCALE2B_API_KEY: key }, 120_000);
+    const ids: string[] = [];
+    for (const api of [api1, api2]) {
+      const made = await cli(api, ["create", "--metadata", "via=cli"]);
+      expect(made.code, made.stderr).toBe(0);
+      ids.push(made.stdout.trim());
+    }
+    expect(new Set(await Promise.all(ids.map(nodeOf))), api2.stderr()).toEqual(new Set(["n1", "n2"]));
+    const listed = await cli(api2, ["list", "--metadata", "via=cli", "--json"]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toContain(ids[0]);
+    expect(listed.stdout).toContain(ids[1]);
+    for (const id of ids) {
+      const r = await cli(api1, ["exec", id, "--", "sh", "-c", "echo $((6*7))"]);
+      expect([r.code, r.stdout], r.stderr).toEqual([0, "42\n"]);
+    }
+    expect((await cli(api1, ["pause", ids[1]!])).code).toBe(0);
+    expect((await store.getSandbox(ids[1]!))?.state).toBe("paused");
+    expect((await cli(api2, ["resume", ids[1]!])).code).toBe(0);
+    expect((await cli(api2, ["exec", ids[1]!, "--", "echo", "resumed"])).stdout).toBe("resumed\n");
+    const missing = await cli(api1, ["kill", "nosuchsandbox000000000"]);
+    expect([missing.code, missing.stderr]).toEqual([1, expect.stringMatching(/sandbox 'nosuchsandbox000000000' not found/)]);
+    for (const id of ids) expect((await cli(api2, ["kill", id])).code).toBe(0);
+    expect((await store.getSandbox(ids[0]!))?.state).toBe("killed");
+  }, 300_000);
+
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
     const built = await Template.build(t, "fleet-tpl", { apiKey: key, apiUrl: api2.url, onBuildLogs: () => undefined });

@@ -124,7 +124,15 @@ for (const kind of kinds) {
       expect(await ids({ metadata: { env: "prod" } })).toEqual(["b", "c"]);
       expect(await ids({ metadata: { env: "prod", team: "a" } })).toEqual(["c"]);
       expect(await ids({ node: "n2" })).toEqual(["b"]);
-      for (const r of recs) await store.deleteSandbox(r.id);
+      // A fleet's placement counts each node's live sandboxes and their memory from here.
+      await store.putSandbox(sandbox("e", { startedAt: 2, node: "n1", memoryMB: 1024 }));
+      await store.putSandbox(sandbox("f", { startedAt: 3, node: "n1", state: "killed", endReason: "killed" }));
+      const loads = (await store.nodeLoads()).sort((x, y) => (x.node < y.node ? -1 : 1));
+      expect(loads).toEqual([
+        { node: "n1", sandboxes: 2, memoryMB: recs[0]!.memoryMB + 1024 },
+        { node: "n2", sandboxes: 1, memoryMB: recs[1]!.memoryMB },
+      ]);
+      for (const r of [...recs, { id: "e" }, { id: "f" }]) await store.deleteSandbox(r.id);
     });
 
     it("makes API keys of E2B's form, verifies them by hash, and revokes by id or by key", async () => {
