@@ -49,6 +49,8 @@ export interface RunningFleetApi {
   close(): Promise<void>;
 }
 
+/** How long this replica counts a create it placed before the store has its record (it writes it as the start begins). */
+const IN_FLIGHT_MS = 2_000;
 /** How long the node list read from the store is used before it is read again. */
 const NODES_TTL_MS = 2_000;
 /** Bodies of creates are read here (to place them): E2B's are small JSON. */
@@ -103,16 +105,15 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   let nodesAt = 0;
   /**
    * The nodes for a placement: as their heartbeats said, with their sandboxes
-   * counted afresh from the store (every replica's creates are there as soon
-   * as they start, heartbeats come every few seconds).
+   * and memory counted afresh from the store (every replica's creates are
+   * there as soon as they start; a heartbeat may be seconds old).
    */
   const nodesForPlacement = async (): Promise<NodeRecord[]> => {
     const [all, loads] = await Promise.all([readNodes(true), store.nodeLoads()]);
     const byNode = new Map(loads.map((l) => [l.node, l]));
     return all.map((n) => {
-      const l = byNode.get(n.name);
-      if (!l) return n;
-      return { ...n, capacity: { ...n.capacity, sandboxes: Math.max(n.capacity.sandboxes, l.sandboxes), memoryMB: Math.max(n.capacity.memoryMB, l.memoryMB) } };
+      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0 };
+      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB } };
     });
   };
   const readNodes = async (fresh = false): Promise<NodeRecord[]> => {
@@ -221,7 +222,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       // the node answers a malformed body with its own 400
     }
     const ask = await createAsk(typeof parsed.templateID === "string" ? parsed.templateID : "base");
-    const placement = place(pending.apply(await nodesForPlacement()), ask);
+    const placement = place(pending.apply(await nodesForPlacement(), Date.now() - IN_FLIGHT_MS), ask);
     if (!placement.ok) return sendError(res, placement.why === "full" ? 429 : 503, placement.message, placement.why === "full" ? { "retry-after": "5" } : {});
     // The best node first; one that is full after all (its last heartbeat was behind) passes it on to the next.
     let last: { status: number; headers: http.IncomingHttpHeaders; body: Buffer } | undefined;
@@ -345,7 +346,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     },
     async placeCreate(templateId) {
       const ask = await createAsk(templateId);
-      const placement = place(pending.apply(await nodesForPlacement()), ask);
+      const placement = place(pending.apply(await nodesForPlacement(), Date.now() - IN_FLIGHT_MS), ask);
       if (!placement.ok) throw new ConnectError(placement.message, placement.why === "full" ? Code.ResourceExhausted : Code.Unavailable);
       pending.note(placement.nodes[0]!.name, ask.memoryMB);
       return { nodes: placement.nodes, ask };

@@ -62,10 +62,14 @@ export class PendingPlacements {
     this.placed.set(node, list);
   }
 
-  /** The nodes with this replica's placements since each one's heartbeat added in (copies; the input is left alone). */
-  apply(nodes: NodeRecord[]): NodeRecord[] {
+  /**
+   * The nodes with this replica's placements since each one's heartbeat (and
+   * since `since`, when the counts come from elsewhere) added in (copies; the
+   * input is left alone).
+   */
+  apply(nodes: NodeRecord[], since = 0): NodeRecord[] {
     return nodes.map((n) => {
-      const list = (this.placed.get(n.name) ?? []).filter((p) => p.at >= n.heartbeatAt);
+      const list = (this.placed.get(n.name) ?? []).filter((p) => p.at >= Math.max(n.heartbeatAt, since));
       if (list.length) this.placed.set(n.name, list);
       else this.placed.delete(n.name);
       if (!list.length) return n;
