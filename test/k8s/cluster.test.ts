@@ -45,7 +45,7 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
   let core: CoreV1Api;
   let apps: AppsV1Api;
   let down: string[] | undefined;
-  const work = mkdtempSync(join(tmpdir(), "locale2b-k8s-test-"));
+  let work = "";
 
   const pods = async (): Promise<V1Pod[]> => (await core.listNamespacedPod({ namespace: NAMESPACE, labelSelector: `app=${APP}` })).items.filter((p) => !p.metadata?.deletionTimestamp);
   const ready = (p: V1Pod) => p.status?.phase === "Running" && !!p.status.conditions?.some((c) => c.type === "Ready" && c.status === "True");
@@ -54,6 +54,7 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
   const exec = async (pod: string, cmd: string[]) => (await kubectl(cluster!, ["exec", "-n", NAMESPACE, pod, "--", ...cmd], { timeoutMs: 20_000 })).stdout.trim();
 
   beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), "locale2b-k8s-test-"));
     cluster = await upCluster({ name: `vt${process.pid}`, nodes: 2, replace: true });
     console.log(`cluster up in ${cluster.timings.total} ms: ${JSON.stringify(cluster.timings)}`);
     const kc = new KubeConfig();
@@ -68,7 +69,7 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
 
   afterAll(async () => {
     if (cluster && down === undefined) await downCluster(cluster.layout.stateDir);
-    rmSync(work, { recursive: true, force: true });
+    if (work) rmSync(work, { recursive: true, force: true });
   }, 120_000);
 
   it("has two Ready nodes, each in its own network namespace", async () => {

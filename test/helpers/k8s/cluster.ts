@@ -56,6 +56,7 @@ export async function upCluster(opts: UpOptions): Promise<Cluster> {
   mkdirSync(stateDir, { recursive: true });
   const layout = planCluster({ name: opts.name, nodes: opts.nodes ?? 2, stateDir, binDir: artifacts.binDir, pauseTar: artifacts.pauseTar, pauseRef: artifacts.pauseRef });
   saveLayout(layout); // before anything is made: down then knows what to look for
+  mkdirSync(layout.hostDir);
   try {
     await setupNetwork(layout);
     lap("network");
@@ -65,6 +66,9 @@ export async function upCluster(opts: UpOptions): Promise<Cluster> {
     lap("nodesStarted");
     await waitFor("every node to be Ready", async () => ((await notReadyNodes(layout)).length === 0 ? true : undefined), opts.readyTimeoutMs ?? 90_000, 250);
     lap("nodesReady");
+    // Pods cannot be created before the controller-manager has made the namespace's default ServiceAccount.
+    await waitFor("the default ServiceAccount", async () => ((await adminGet(layout, "/api/v1/namespaces/default/serviceaccounts/default")).status === 200 ? true : undefined), 30_000, 100);
+    lap("serviceAccount");
   } catch (e) {
     const why = (e as Error).message;
     const logs = join(stateDir, "logs");
@@ -95,10 +99,15 @@ export function openCluster(nameOrStateDir: string): Cluster {
   return { layout, kubeconfig: layout.kubeconfig, kubectl: join(layout.binDir, "kubectl"), timings };
 }
 
+/** GET on the apiserver as admin. */
+function adminGet(l: ClusterLayout, path: string) {
+  const pki = join(l.stateDir, "pki");
+  return get(`${l.apiserverURL}${path}`, { ca: join(pki, "ca.crt"), cert: join(pki, "admin.crt"), key: join(pki, "admin.key") });
+}
+
 /** Names of the nodes that are not (yet) registered and Ready. */
 export async function notReadyNodes(l: ClusterLayout): Promise<string[]> {
-  const pki = join(l.stateDir, "pki");
-  const res = await get(`${l.apiserverURL}/api/v1/nodes`, { ca: join(pki, "ca.crt"), cert: join(pki, "admin.crt"), key: join(pki, "admin.key") });
+  const res = await adminGet(l, "/api/v1/nodes");
   if (res.status !== 200) return l.nodes.map((n) => n.name);
   const items = (JSON.parse(res.body) as { items: { metadata: { name: string }; status?: { conditions?: { type: string; status: string }[] } }[] }).items;
   const ready = new Set(items.filter((i) => i.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")).map((i) => i.metadata.name));

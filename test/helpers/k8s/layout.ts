@@ -47,6 +47,12 @@ export interface ClusterLayout {
   /** Comment on the host iptables rules this cluster adds (removed by it on down). */
   iptablesComment: string;
   kubeconfig: string;
+  /**
+   * A directory for the pods' hostPath volumes. Every node shares the host's filesystem, so a DaemonSet that
+   * needs a directory of its own per node mounts a subdirectory: `subPathExpr: $(NODE_NAME)` with NODE_NAME
+   * from the downward API. Under the state directory: down unmounts and removes it with the rest.
+   */
+  hostDir: string;
   binDir: string;
   pauseTar: string;
   pauseRef: string;
@@ -135,6 +141,7 @@ export function planCluster(opts: { name: string; nodes: number; stateDir?: stri
     cgroupParent,
     iptablesComment: `locale2b-k8s-${name}`,
     kubeconfig: join(stateDir, "admin.kubeconfig"),
+    hostDir: join(stateDir, "host"),
     binDir: opts.binDir,
     pauseTar: opts.pauseTar,
     pauseRef: opts.pauseRef,
