@@ -7,6 +7,7 @@
 #   scripts/k8s/cluster.sh status [--name dev]
 #   scripts/k8s/cluster.sh kubectl [--name dev] -- get pods -A -o wide
 #   scripts/k8s/cluster.sh import IMAGE.tar [--name dev]
+#   scripts/k8s/cluster.sh stop-node node2 [--name dev]    # lose a node (SIGKILL); start-node brings it back
 #   scripts/k8s/cluster.sh down [--name dev] [--keep-state]
 #   scripts/k8s/cluster.sh build          # build or find the binaries only
 #

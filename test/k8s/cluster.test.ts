@@ -4,7 +4,8 @@
 // two real nodes (containerd + kubelet + kube-proxy, each node in its own network namespace), images built
 // here and imported into containerd. On it: a 2-replica Deployment of a busybox HTTP server spreads one pod
 // per node; a pod on node1 reaches the pod on node2 over the pod network, and both through a Service's
-// ClusterIP; a cordoned node gets no new pod; `down` leaves nothing behind.
+// ClusterIP; a cordoned node gets no new pod; a lost node turns NotReady and comes back; `down` leaves
+// nothing behind.
 // Skipped, saying why, where the machine lacks root, the Debian packages (scripts/k8s/setup-host.sh) or Go
 // to build the binaries with. The first run builds the binaries (scripts/k8s/build-binaries.sh: about 15-25
 // minutes of one core, cached in ~/.cache/locale2b/k8s); `npx vitest run --tagsFilter k8s` runs only this.
@@ -14,7 +15,7 @@ import { join } from "node:path";
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildBinaries, k8sMissing } from "../helpers/k8s/binaries.js";
-import { downCluster, importImage, kubectl, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
+import { downCluster, importImage, kubectl, notReadyNodes, startNodeAgain, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
 import { get } from "../helpers/k8s/control-plane.js";
 import { waitFor } from "../helpers/k8s/host.js";
 import { busyboxImage, busyboxMissing } from "../helpers/k8s/image.js";
@@ -174,6 +175,18 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
     }, 60_000, 250);
     expect(after.map((p) => p.spec?.nodeName)).toEqual(["node1", "node1"]);
   }, 90_000);
+
+  it("a lost node turns NotReady, and comes back Ready when started again", async () => {
+    const l = cluster!.layout;
+    let t = Date.now();
+    await stopNode(cluster!, "node2");
+    await waitFor("node2 NotReady", async () => ((await notReadyNodes(l)).includes("node2") ? true : undefined), 60_000, 500);
+    console.log(`node2 NotReady ${Date.now() - t} ms after it was lost`);
+    t = Date.now();
+    await startNodeAgain(cluster!, "node2");
+    console.log(`node2 Ready again ${Date.now() - t} ms after its start`);
+    expect(await notReadyNodes(l)).toEqual([]);
+  }, 150_000);
 
   it("down stops everything and leaves nothing behind", async () => {
     const l = cluster!.layout;

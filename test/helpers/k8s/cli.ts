@@ -4,10 +4,12 @@
 //   status [--name N | --state-dir DIR]                      nodes, addresses, kubeconfig
 //   import TAR [--name N]                                    import an image tar into every node's containerd
 //   kubectl [--name N] -- ARGS...                            kubectl of the cluster's version, as admin
+//   stop-node NODE [--name N]                                lose a node at once (SIGKILL all it runs)
+//   start-node NODE [--name N]                               start a stopped node again, wait until Ready
 //   build                                                    build (or find) the binaries; print their cache
 import { spawnSync } from "node:child_process";
 import { buildBinaries } from "./binaries.js";
-import { clusterStatus, downCluster, importImage, openCluster, upCluster } from "./cluster.js";
+import { clusterStatus, downCluster, importImage, openCluster, startNodeAgain, stopNode, upCluster } from "./cluster.js";
 import { defaultStateDir } from "./layout.js";
 
 const [command, ...rest] = process.argv.slice(2);
@@ -58,11 +60,18 @@ async function main(): Promise<number> {
       const c = openCluster(stateDir);
       return spawnSync(c.kubectl, ["--kubeconfig", c.kubeconfig, ...passthrough, ...positional], { stdio: "inherit" }).status ?? 1;
     }
+    case "stop-node":
+    case "start-node": {
+      if (!positional[0]) throw new Error(`${command} NODE: which node?`);
+      const c = openCluster(stateDir);
+      await (command === "stop-node" ? stopNode(c, positional[0]) : startNodeAgain(c, positional[0]));
+      return 0;
+    }
     case "build":
       console.log((await buildBinaries({ progress: true })).dir);
       return 0;
     default:
-      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|build [--name N] [--nodes N] [--state-dir DIR] [--replace] [--keep-state]");
+      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|stop-node NODE|start-node NODE|build [--name N] [--nodes N] [--state-dir DIR] [--replace] [--keep-state]");
       return 2;
   }
 }

@@ -8,11 +8,11 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { buildBinaries, k8sMissing, type K8sArtifacts } from "./binaries.js";
 import { cgroupLeft, cgroupPids, removeCgroup } from "./cgroups.js";
-import { get, startControlPlane } from "./control-plane.js";
+import { controlPlaneOf, get, startControlPlane } from "./control-plane.js";
 import { alive, killAll, mountsUnder, netnsIdentity, processes, run, sleep, unmountUnder, waitFor } from "./host.js";
 import { defaultStateDir, loadLayout, planCluster, saveLayout, type ClusterLayout, type NodeLayout } from "./layout.js";
 import { setupNetwork, networkLeftovers, teardownNetwork } from "./network.js";
-import { ctr, importImage as importIntoNode, startNode } from "./node.js";
+import { ctr, importImage as importIntoNode, nodeProcesses, startNode } from "./node.js";
 
 export interface Cluster {
   layout: ClusterLayout;
@@ -105,18 +105,51 @@ function adminGet(l: ClusterLayout, path: string) {
   return get(`${l.apiserverURL}${path}`, { ca: join(pki, "ca.crt"), cert: join(pki, "admin.crt"), key: join(pki, "admin.key") });
 }
 
-/** Names of the nodes that are not (yet) registered and Ready. */
-export async function notReadyNodes(l: ClusterLayout): Promise<string[]> {
+/** Names of the nodes that are not (yet) registered and Ready (with a kubelet heartbeat after `since`, if given). */
+export async function notReadyNodes(l: ClusterLayout, since?: Date): Promise<string[]> {
   const res = await adminGet(l, "/api/v1/nodes");
   if (res.status !== 200) return l.nodes.map((n) => n.name);
-  const items = (JSON.parse(res.body) as { items: { metadata: { name: string }; status?: { conditions?: { type: string; status: string }[] } }[] }).items;
-  const ready = new Set(items.filter((i) => i.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True")).map((i) => i.metadata.name));
+  type Condition = { type: string; status: string; lastHeartbeatTime?: string };
+  const items = (JSON.parse(res.body) as { items: { metadata: { name: string }; status?: { conditions?: Condition[] } }[] }).items;
+  const isReady = (c: Condition) => c.type === "Ready" && c.status === "True" && (!since || Date.parse(c.lastHeartbeatTime ?? "") >= Math.floor(since.getTime() / 1000) * 1000);
+  const ready = new Set(items.filter((i) => i.status?.conditions?.some(isReady)).map((i) => i.metadata.name));
   return l.nodes.filter((n) => !ready.has(n.name)).map((n) => n.name);
 }
 
 /** Imports an image tar into every node's containerd (or the named ones), in parallel. */
 export async function importImage(c: Cluster, tarPath: string, nodes?: string[]): Promise<void> {
   await Promise.all(c.layout.nodes.filter((n) => !nodes || nodes.includes(n.name)).map((n) => importIntoNode(n, tarPath)));
+}
+
+function nodeOf(c: Cluster, name: string): NodeLayout {
+  const n = c.layout.nodes.find((x) => x.name === name);
+  if (!n) throw new Error(`no node ${name} in cluster ${c.layout.name} (${c.layout.nodes.map((x) => x.name).join(", ")})`);
+  return n;
+}
+
+/**
+ * A node lost at once, as if powered off: its kubelet, kube-proxy, containerd, shims and every container
+ * SIGKILLed. Its namespace, files and mounts stay (for startNodeAgain, and down removes them). The
+ * controller-manager marks it NotReady about 20 s later.
+ */
+export async function stopNode(c: Cluster, name: string): Promise<void> {
+  const n = nodeOf(c, name);
+  for (let round = 0; round < 5; round++) {
+    const pids = nodeProcesses(n);
+    if (!pids.length) return;
+    await killAll(pids);
+  }
+}
+
+/** Starts a stopped node again (same containerd state, images and name) and waits until it is Ready. */
+export async function startNodeAgain(c: Cluster, name: string, timeoutMs = 60_000): Promise<void> {
+  const n = nodeOf(c, name);
+  if (nodeProcesses(n).length) throw new Error(`${name} still runs: stopNode first`);
+  // containerd refuses to start on a socket file left by the killed one.
+  for (const s of [n.containerdSocket, `${n.containerdSocket}.ttrpc`]) rmSync(s, { force: true });
+  const since = new Date();
+  await startNode(c.layout, n, controlPlaneOf(c.layout));
+  await waitFor(`${name} to be Ready again`, async () => (!(await notReadyNodes(c.layout, since)).includes(name) ? true : undefined), timeoutMs, 250);
 }
 
 /** `kubectl` against the cluster as admin. */

@@ -120,6 +120,9 @@ export async function startControlPlane(l: ClusterLayout): Promise<ControlPlane>
       "--use-service-account-credentials=true",
       `--cluster-cidr=${l.clusterCIDR}`,
       `--service-cluster-ip-range=${l.serviceCIDR}`,
+      // A node whose kubelet stops renewing its Lease (every 5 s, node.ts) turns NotReady after 20 s, not 50.
+      "--node-monitor-grace-period=20s",
+      "--node-monitor-period=2s",
       "--leader-elect=false",
       "--profiling=false",
     ], async () => (await get(`https://${l.hostIP}:10257/healthz`, { insecure: true })).status === 200),
@@ -133,9 +136,22 @@ export async function startControlPlane(l: ClusterLayout): Promise<ControlPlane>
     ], async () => (await get(`https://${l.hostIP}:10259/healthz`, { insecure: true })).status === 200),
   ]);
 
+  return controlPlaneOf(l);
+}
+
+/** The running control plane's certificates, from its state directory (for nodes started later). */
+export function controlPlaneOf(l: ClusterLayout): ControlPlane {
+  const dir = join(l.stateDir, "pki");
+  const pki: Pki = { dir, caCert: join(dir, "ca.crt"), caKey: join(dir, "ca.key") };
+  const kubeconfig = async (file: string, cn: string, orgs: string[] = []) => {
+    const client = await issue(pki, file, { cn, orgs });
+    const path = join(l.stateDir, `${file}.kubeconfig`);
+    writeKubeconfig(path, { server: l.apiserverURL, caCert: pki.caCert, client, user: cn });
+    return path;
+  };
   return {
     pki,
-    admin,
+    admin: { cert: join(dir, "admin.crt"), key: join(dir, "admin.key") },
     nodeKubeconfig: (node, kind) =>
       kind === "kubelet" ? kubeconfig(`kubelet-${node}`, `system:node:${node}`, ["system:nodes"]) : kubeconfig(`kube-proxy-${node}`, "system:kube-proxy"),
   };

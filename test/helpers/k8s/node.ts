@@ -11,10 +11,10 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
-import { cgroupV2, createCgroup } from "./cgroups.js";
+import { cgroupPids, cgroupV2, createCgroup } from "./cgroups.js";
 import type { ControlPlane } from "./control-plane.js";
 import type { ClusterLayout, NodeLayout } from "./layout.js";
-import { alive, run, startDaemon, tail, waitFor } from "./host.js";
+import { alive, netnsIdentity, processes, run, startDaemon, tail, waitFor } from "./host.js";
 
 /** Where the Debian containernetworking-plugins package puts the CNI plugins. */
 export const CNI_BIN_DIR = "/usr/lib/cni";
@@ -110,6 +110,8 @@ function kubeletConfig(l: ClusterLayout, n: NodeLayout, caCert: string): object 
     resolvConf: "/etc/resolv.conf",
     clusterDomain: "cluster.local",
     nodeStatusUpdateFrequency: "4s",
+    // The Lease is renewed every quarter of its duration: 5 s, against the controller-manager's 20 s grace.
+    nodeLeaseDurationSeconds: 20,
     nodeStatusReportFrequency: "10s",
     syncFrequency: "10s",
   };
@@ -131,6 +133,17 @@ function kubeProxyConfig(l: ClusterLayout, n: NodeLayout, kubeconfig: string): o
     // The conntrack table size and timeouts are host-wide sysctls a namespace cannot set: leave them.
     conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
   };
+}
+
+/**
+ * The node's processes: everything in its network namespace (containerd, kubelet, kube-proxy, shims,
+ * host-network pods) and in its kubelet's cgroups (the other pods).
+ */
+export function nodeProcesses(n: NodeLayout): number[] {
+  const netns = netnsIdentity(n.netnsPath);
+  const pids = new Set(cgroupPids(n.cgroupRoot));
+  if (netns) for (const p of processes()) if (p.netns === netns) pids.add(p.pid);
+  return [...pids];
 }
 
 /** `ctr` against one node's containerd, in its `k8s.io` namespace (the one the kubelet uses). */
