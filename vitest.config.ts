@@ -16,6 +16,11 @@ export default defineConfig({
     env: { LOCALE2B_IMAGES_DIR: process.env.LOCALE2B_IMAGES_DIR || join(homedir(), ".cache", "locale2b", "images") },
     tags: [
       {
+        name: "k8s",
+        description:
+          "brings up a real Kubernetes cluster on this machine (a file's `// @module-tag k8s`; test/helpers/k8s/, scripts/k8s/): root, scripts/k8s/setup-host.sh's packages, and Go for the first build of the binaries",
+      },
+      {
         name: "host-envd",
         description:
           "runs envd on the host (a file's `// @module-tag host-envd`): with LOCALE2B_TEST_HOST_USER=1 scripts/test.mjs runs these again with a host account named `user` added, or removed if the host has one (scripts/host-user.sh, test/helpers/accounts.ts)",

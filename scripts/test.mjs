@@ -35,9 +35,11 @@ function hostLeftovers() {
       // not there on this host
     }
   };
-  list("network device", "/sys/class/net", (d) => d.name.startsWith("l2b"));
-  list("network namespace", "/run/netns", (d) => d.name.startsWith("l2b"));
+  // l2b: sandboxes; l2k: the test Kubernetes clusters (test/helpers/k8s/)
+  list("network device", "/sys/class/net", (d) => /^l2[bk]/.test(d.name));
+  list("network namespace", "/run/netns", (d) => /^l2[bk]/.test(d.name));
   for (const c of ["cpu", "pids", "freezer", "memory", ""]) list(`cgroup ${c || "v2"}`, join("/sys/fs/cgroup", c, "locale2b"), (d) => d.isDirectory());
+  for (const c of ["cpu", "pids", "memory", ""]) list(`cgroup ${c || "v2"}`, join("/sys/fs/cgroup", c), (d) => d.isDirectory() && d.name.startsWith("locale2b-k8s-"));
   list("temporary", tmpdir(), (d) => /^(locale2b|l2b)/.test(d.name));
   return names;
 }
