@@ -276,6 +276,26 @@ EOF`,
     expect((await store.getSandbox(ids[0]!))?.state).toBe("killed");
   }, 300_000);
 
+  it("an API replica killed mid-stream: the stream ends, the process runs on, and the SDK reconnects to it through another replica", async () => {
+    const doomed = await startApi();
+    const sbx = await Sandbox.create("base", { ...opts(doomed), timeoutMs: 120_000 });
+    const seen: string[] = [];
+    const handle = await sbx.commands.run("for i in $(seq 1 40); do echo tick $i; sleep 0.25; done", { background: true, onStdout: (d) => void seen.push(d) });
+    await until("the first ticks", async () => (seen.join("").includes("tick 2") ? true : undefined));
+    doomed.child.kill("SIGKILL");
+    await handle.wait().catch((e: Error) => e); // the stream through the dead replica ends
+    const before = seen.join("");
+    // Another replica: the same sandbox, the same process, its output from where it is.
+    const again = await Sandbox.connect(sbx.sandboxId, opts(api2));
+    const more: string[] = [];
+    const reattached = await again.commands.connect(handle.pid, { onStdout: (d) => void more.push(d) });
+    const done = await reattached.wait();
+    expect(done.exitCode).toBe(0);
+    expect(more.join("")).toContain("tick 40");
+    expect(before).not.toContain("tick 40"); // it really was cut mid-stream
+    await again.kill();
+  }, 120_000);
+
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
     const built = await Template.build(t, "fleet-tpl", { apiKey: key, apiUrl: api2.url, onBuildLogs: () => undefined });
