@@ -296,6 +296,55 @@ EOF`,
     await again.kill();
   }, 120_000);
 
+  it("the workspace API through the replicas: a workspace finds its sandbox through either, exec and files on its node, lists, events and audit across nodes", async () => {
+    const ws = async (api: Served, method: string, path: string, body?: unknown) => {
+      const r = await fetch(`${api.url}/workspace${path}`, { method, headers: { "x-api-key": key, ...(body ? { "content-type": "application/json" } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      const text = await r.text();
+      return { status: r.status, json: (text && r.headers.get("content-type")?.startsWith("application/json") ? JSON.parse(text) : text) as Record<string, unknown> & string };
+    };
+    expect((await ws(api1, "GET", "/health")).json).toMatchObject({ status: "ok", runtime: "fleet", nodes: ["n1", "n2"] });
+    const made = await ws(api1, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" });
+    expect(made.status, JSON.stringify(made.json)).toBe(201);
+    const id = made.json.sandbox_id as string;
+    const other = await ws(api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-2" });
+    expect(new Set([await nodeOf(id), await nodeOf(other.json.sandbox_id as string)])).toEqual(new Set(["n1", "n2"]));
+    // The same workspace through the other replica: the same sandbox.
+    expect((await ws(api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" })).json.sandbox_id).toBe(id);
+    expect((await ws(api2, "POST", `/sandboxes/${id}/files/write`, { path: "/workspace/note.txt", content: "kept" })).status).toBe(200);
+    const ran = await ws(api1, "POST", `/sandboxes/${id}/exec`, { command: "cat /workspace/note.txt; echo; echo $((6*7))" });
+    expect(ran.json).toMatchObject({ stdout: "kept\n42\n", exit_code: 0 });
+    const listed = (await ws(api2, "GET", "/sandboxes")).json.sandboxes as { sandbox_id: string }[];
+    expect(listed.map((x) => x.sandbox_id)).toEqual(expect.arrayContaining([id, other.json.sandbox_id]));
+    const events = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as { event_type: string }[];
+    expect(events.map((e) => e.event_type)).toEqual(expect.arrayContaining(["sandbox.created", "exec.started"]));
+    expect((await ws(api1, "GET", "/events")).status).toBe(400);
+    // The event stream of the whole fleet: both nodes' exec events on one stream.
+    const ac = new AbortController();
+    const stream = await fetch(`${api1.url}/workspace/events/stream?event_type=exec.completed`, { headers: { "x-api-key": key }, signal: ac.signal });
+    expect(stream.headers.get("content-type")).toMatch(/text\/event-stream/);
+    const reader = stream.body!.getReader();
+    let text = "";
+    const reading = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        text += Buffer.from(value).toString("utf8");
+        if (text.includes(id) && text.includes(other.json.sandbox_id as string)) return;
+      }
+    })();
+    await until("both streams subscribed", async () => (text.split("event: subscribed").length > 2 ? true : undefined));
+    for (const sid of [id, other.json.sandbox_id as string]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "true" });
+    await Promise.race([reading, new Promise((r) => setTimeout(r, 30_000))]);
+    ac.abort();
+    expect(text).toContain(id);
+    expect(text).toContain(other.json.sandbox_id as string);
+    expect(text).not.toMatch(/^id:/m);
+    const audit = (await ws(api1, "GET", "/audit")).json as string;
+    for (const sid of [id, other.json.sandbox_id as string]) expect(audit).toContain(sid); // both nodes' logs
+    for (const sid of [id, other.json.sandbox_id as string]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
+    expect((await ws(api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
+  }, 300_000);
+
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
     const built = await Template.build(t, "fleet-tpl", { apiKey: key, apiUrl: api2.url, onBuildLogs: () => undefined });
