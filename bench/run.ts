@@ -1,6 +1,7 @@
 import { benchControlPlane } from "./sandboxes/index.js";
 import { benchE2bEnvd } from "./e2b-envd.js";
 import { benchExec } from "./exec.js";
+import { benchFleet } from "./fleet.js";
 import { benchPorts } from "./ports.js";
 import { benchRuntimes } from "./runtimes.js";
 import { benchFiles } from "./files.js";
@@ -30,6 +31,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   runtimes: benchRuntimes,
   templates: benchTemplates,
   tls: benchTls,
+  fleet: benchFleet,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -73,6 +75,11 @@ templates (the Template SDK, start commands, the Code Interpreter; root, the bas
   LOCALE2B_BENCH_TEMPLATE_COLD=3     cold creates beside them
   LOCALE2B_BENCH_TEMPLATE_GVISOR_POOL=1  part 2 also on gvisor with a warm pool of restored sandboxes (a third build)
   LOCALE2B_BENCH_RUNCODE_N=100   runCode round trips per variant (part 3, after 10 warm-up)
+fleet (locale2b api + locale2b node over a throwaway Postgres vs locale2b serve, process runtime; root and Debian's postgresql; a few minutes):
+  LOCALE2B_BENCH_FLEET_CREATE_N=30   creates -> first output per side (after 3 warm-up); also uses EXEC_N and WARMUP
+  LOCALE2B_BENCH_FLEET_BURST=20      creates per burst (creates per second, one node vs two)
+  LOCALE2B_BENCH_FLEET_BURST_CONCURRENCY=8  creates in flight in a burst
+  LOCALE2B_BENCH_FLEET_ROUNDS=5      bursts per variant (order alternating)
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

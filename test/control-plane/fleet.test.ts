@@ -7,8 +7,7 @@
 // node behave as docs/fleet.md says.
 import { randomBytes } from "node:crypto";
 import http from "node:http";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CommandExitError, Sandbox, Template } from "e2b";
@@ -16,32 +15,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
 import { runCli, startCli, type Served } from "../helpers/cli.js";
+import { ownImagesDir } from "../helpers/fleet-images.js";
 import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
 
 const missing = postgresMissing() ?? (process.getuid?.() !== 0 ? "the process runtime's sandboxes need root" : undefined);
 if (missing) console.warn(`fleet.test.ts: skipping: ${missing}`);
 
 const TOKEN = randomBytes(32).toString("hex");
-
-/**
- * An image cache of n2's own, as a second host has: the built-in \`base\` and
- * envd's runtime linked in from the shared cache (hard links: built images are
- * never changed in place), without the shared cache's Template SDK builds or
- * any tree a runtime changes (id-shifted copies, holders).
- */
-function ownImagesDir(): string {
-  const shared = process.env.LOCALE2B_IMAGES_DIR!;
-  const dir = mkdtempSync(join(tmpdir(), "locale2b-fleet-images-"));
-  const base = readFileSync(join(shared, "templates", "base.current"), "utf8").trim();
-  mkdirSync(join(dir, "templates"));
-  for (const sub of ["envd", "init", "runtime", "kernels", "node-hash.json"]) {
-    if (existsSync(join(shared, sub))) execFileSync("cp", ["-al", join(shared, sub), join(dir, sub)]);
-  }
-  execFileSync("cp", ["-al", join(shared, "templates", base), join(dir, "templates", base)]);
-  for (const n of readdirSync(join(dir, "templates", base))) if (n.startsWith("rootfs-ids-") || n === ".refs") rmSync(join(dir, "templates", base, n), { recursive: true, force: true });
-  writeFileSync(join(dir, "templates", "base.current"), base);
-  return dir;
-}
 
 /** A request with a Host of our choosing (getHost's `<port>-<id>.<domain>`), as a browser on wildcard DNS sends it. */
 function get(base: string, host: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
@@ -106,7 +86,7 @@ describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, on
     api1 = await startApi();
     key = /export E2B_API_KEY=(e2b_[0-9a-f]{40})/.exec(api1.banner)![1]!;
     api2 = await startApi();
-    n2Images = ownImagesDir();
+    n2Images = ownImagesDir(process.env.LOCALE2B_IMAGES_DIR!);
     dirs.push(n2Images);
     expect(api2.banner).not.toMatch(/E2B_API_KEY=e2b_/); // one key, made by the first replica
     await startNode("n1");
