@@ -41,13 +41,14 @@ export function serveImage(imagesDir: string, req: IncomingMessage, res: ServerR
   let stderr = "";
   tar.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
   res.writeHead(200, { "content-type": "application/x-tar", [FOLDER_HEADER]: folder });
-  tar.stdout.pipe(res);
+  // The response ends only when tar succeeded: a failed tar cuts it short, so the copy is refused, not half taken.
+  tar.stdout.pipe(res, { end: false });
   res.on("close", () => {
     if (tar.exitCode === null) tar.kill();
   });
   tar.on("close", (code) => {
-    if (code === 0) return;
-    log.warn({ image: key, code, stderr }, "sending an image to another node failed");
+    if (code === 0) return void res.end();
+    log.warn({ image: key, folder, code, stderr }, "sending an image to another node failed");
     res.destroy(new Error(`tar exited ${code}`));
   });
 }
@@ -86,6 +87,7 @@ export function imagePuller(o: { imagesDir: string; dataDir: string; store: Stor
             }
             void (async () => {
               const manifestPath = join(work, folder, "manifest.json");
+              if (!existsSync(manifestPath)) throw new Error(`the copy of image '${key}' from ${url} has no ${folder}/manifest.json: the sender's image changed or is incomplete`);
               const manifest = JSON.parse(await readFile(manifestPath, "utf8")) as TemplateManifest;
               // Ours now: this node's orphan sweep keeps it while the build exists, and removes it with the template.
               manifest.definition = { ...(manifest.definition as object), owner: o.dataDir, copiedFrom: url };
