@@ -40,6 +40,7 @@ import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
+import { inCluster, KubernetesCordonFollower } from "./fleet/kubernetes-cordon.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
 import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
@@ -329,6 +330,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       })
     : undefined;
   await heartbeat?.start();
+  // In a Kubernetes pod: `kubectl cordon` of this host cordons the fleet node too.
+  const k8s = fleet ? inCluster() : undefined;
+  const cordon = k8s ? new KubernetesCordonFollower({ store, name: nodeName!, cluster: k8s, log }) : undefined;
+  await cordon?.start();
   log.info(
     {
       url,
@@ -354,6 +359,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     ...(advertiseUrl ? { advertiseUrl } : {}),
     ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
+      await cordon?.stop();
       await heartbeat?.stop();
       const closed = listener.close();
       front?.close();

@@ -1,0 +1,355 @@
+// @module-tag k8s: brings up a real Kubernetes cluster on this machine (test/helpers/k8s/) and runs the fleet on it
+//
+// The fleet deployed from deploy/kubernetes (kubectl apply -k, through a test overlay) on a real two-node
+// cluster, with a Postgres on the host reached by the pods over TCP, driven with the real E2B JS SDK
+// through the API's Service (a NodePort: ClusterIPs answer only from pods) and its pods' IPs: creates land
+// on both nodes; a sandbox on node2 streams through an API pod on node1; an API pod killed mid-stream (the
+// command goes on; the SDK reattaches through the other replica); a node agent pod deleted (the DaemonSet
+// starts another, which adopts the sandboxes); `kubectl cordon` (followed by the agent: no creates there);
+// a node lost (its sandboxes answer "lost with node", creates go to the other); down leaves nothing.
+// Skipped, saying why, as test/k8s/cluster.test.ts is, and without a PostgreSQL server or a built dist/.
+import { randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { Sandbox, type CommandHandle } from "e2b";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PgStore } from "../../control-plane/store/pg-store.js";
+import { buildBinaries, k8sMissing, REPO } from "../helpers/k8s/binaries.js";
+import { downCluster, importImage, kubectl, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
+import { waitFor } from "../helpers/k8s/host.js";
+import { locale2bImage } from "../helpers/k8s/locale2b-image.js";
+import { CLI, runCli } from "../helpers/cli.js";
+import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
+
+async function whyNot(): Promise<string | undefined> {
+  const missing = k8sMissing() ?? postgresMissing() ?? (existsSync(CLI) ? undefined : `${CLI} is missing: run 'npm run build'`);
+  if (missing) return missing;
+  if (!existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? "", "templates", "base.current"))) return `no built base template in LOCALE2B_IMAGES_DIR (${process.env.LOCALE2B_IMAGES_DIR}): run the suite once (or 'locale2b serve' as root) to build it`;
+  if (process.env.LOCALE2B_K8S_NO_BUILD === "1") {
+    const { cachedArtifacts } = await import("../helpers/k8s/binaries.js");
+    if (!cachedArtifacts()) return "the Kubernetes binaries are not built and LOCALE2B_K8S_NO_BUILD=1 (run scripts/k8s/build-binaries.sh)";
+  }
+  try {
+    await buildBinaries({ progress: true });
+  } catch (e) {
+    return `the Kubernetes binaries could not be built: ${(e as Error).message}`;
+  }
+  return undefined;
+}
+const skip = await whyNot();
+if (skip) console.warn(`test/k8s/fleet.test.ts skipped: ${skip}`);
+
+const NS = "locale2b";
+const IMAGE = "locale2b.local/locale2b:test";
+const NODE_PORT = 30300;
+const TOKEN = randomBytes(32).toString("hex");
+
+/**
+ * An image cache at `dir` as a host of its own has: the built-in `base` and envd's runtime hard-linked
+ * from the shared test cache (built images are never changed in place), without any tree a runtime
+ * changes (id-shifted copies, holders); as test/control-plane/fleet.test.ts does.
+ */
+function ownImagesDir(dir: string): void {
+  const shared = process.env.LOCALE2B_IMAGES_DIR!;
+  const base = readFileSync(join(shared, "templates", "base.current"), "utf8").trim();
+  mkdirSync(join(dir, "templates"), { recursive: true });
+  for (const sub of ["envd", "init", "runtime", "kernels", "node-hash.json"]) {
+    if (existsSync(join(shared, sub))) execFileSync("cp", ["-al", join(shared, sub), join(dir, sub)]);
+  }
+  execFileSync("cp", ["-al", join(shared, "templates", base), join(dir, "templates", base)]);
+  for (const n of readdirSync(join(dir, "templates", base))) if (n.startsWith("rootfs-ids-") || n === ".refs") rmSync(join(dir, "templates", base, n), { recursive: true, force: true });
+  writeFileSync(join(dir, "templates", "base.current"), base);
+}
+
+/** A free TCP port on `host`. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, host, () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes cluster, deployed from deploy/kubernetes${skip ? ` [skipped: ${skip}]` : ""}`, () => {
+  let cluster: Cluster | undefined;
+  let core: CoreV1Api;
+  let apps: AppsV1Api;
+  let pg: TestPostgres | undefined;
+  let store: PgStore | undefined;
+  let db = "";
+  let key = "";
+  let work = "";
+  let down: string[] | undefined;
+  const timings: Record<string, number> = {};
+  const made: Sandbox[] = [];
+
+  const ip = (node: string) => cluster!.layout.nodes.find((n) => n.name === node)!.ip;
+  /** The API's Service, from the host: its NodePort on node1's address. */
+  const service = () => `http://${ip("node1")}:${NODE_PORT}`;
+  const sdk = (url: string) => ({ apiKey: key, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 30_000 });
+  const live = (p: V1Pod) => !p.metadata?.deletionTimestamp;
+  const ready = (p: V1Pod) => live(p) && p.status?.phase === "Running" && !!p.status.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+  const pods = async (name: string) => (await core.listNamespacedPod({ namespace: NS, labelSelector: `app.kubernetes.io/name=${name}` })).items.filter(live);
+  const apiPodOn = async (node: string) => (await pods("locale2b-api")).find((p) => ready(p) && p.spec?.nodeName === node);
+  const podUrl = (p: V1Pod) => `http://${p.status!.podIP}:3000`;
+  const nodeOf = async (id: string) => (await store!.getSandbox(id))?.node;
+  const fleetNodes = async () => {
+    const r = await runCli(["nodes", "list", "--json"], { LOCALE2B_DATABASE_URL: db });
+    if (r.code !== 0) throw new Error(r.stderr);
+    return JSON.parse(r.stdout) as { name: string; status: string; url: string; capacity?: { sandboxes: number } }[];
+  };
+  const nodeStatus = async (name: string) => (await fleetNodes()).find((n) => n.name === name)?.status;
+  /** The last lines of a node agent's log, for a failure's message. */
+  const agentLog = async (node: string) => {
+    const p = (await pods("locale2b-node")).find((x) => x.spec?.nodeName === node);
+    return p ? (await kubectl(cluster!, ["-n", NS, "logs", "--tail", "40", p.metadata!.name!], { allowFail: true })).stdout : "(no pod)";
+  };
+  const podsReady = async () => {
+    const dep = await apps.readNamespacedDeployment({ name: "locale2b-api", namespace: NS });
+    const ds = await apps.readNamespacedDaemonSet({ name: "locale2b-node", namespace: NS });
+    return (dep.status?.readyReplicas ?? 0) === 2 && (ds.status?.numberReady ?? 0) === 2 ? true : undefined;
+  };
+
+  beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), "locale2b-k8s-fleet-"));
+    let t = Date.now();
+    cluster = await upCluster({ name: `fl${process.pid}`, nodes: 2, replace: true });
+    timings.clusterUp = Date.now() - t;
+    const kc = new KubeConfig();
+    kc.loadFromFile(cluster.kubeconfig);
+    core = kc.makeApiClient(CoreV1Api);
+    apps = kc.makeApiClient(AppsV1Api);
+    const l = cluster.layout;
+
+    // The fleet's Postgres on the host, where pods reach it: the cluster's bridge address, a password.
+    t = Date.now();
+    const password = randomBytes(16).toString("hex");
+    pg = await startPostgres({ tcp: { host: l.hostIP, port: await freePort(l.hostIP), password } });
+    db = await pg.database("fleet");
+    const podDb = pg.tcpUrl("fleet")!;
+    const created = await runCli(["keys", "create", "--database-url", db, "--name", "k8s-test"]);
+    expect(created.code, created.stderr).toBe(0);
+    key = created.stdout.trim();
+    store = await PgStore.open(db, { max: 2 });
+    timings.postgres = Date.now() - t;
+
+    // Each node's image cache of its own, as on separate hosts: never the shared test cache, whose
+    // templates this fleet's store does not know (a node's orphan sweep would remove them).
+    for (const n of l.nodes) ownImagesDir(join(l.hostDir, "images", n.name));
+    t = Date.now();
+    await importImage(cluster, await locale2bImage({ ref: IMAGE, out: join(work, "locale2b.tar") }));
+    timings.image = Date.now() - t;
+
+    // The test overlay: the image, the Secret, a NodePort, the host's userland at /host (the test image's
+    // /usr, locale2bImage), per-node data dirs and cgroups inside the cluster's (down removes them). The
+    // agent's cgroup goes under its node's kubelet cgroupRoot: a lost node (stopNode) then loses its
+    // sandboxes, as a power loss would. kustomize refuses an absolute path to a base: a copy of it.
+    cpSync(join(REPO, "deploy", "kubernetes"), join(work, "base"), { recursive: true });
+    const hostVolume = `{ name: host, hostPath: { path: /, type: Directory } }`;
+    const hostMount = `{ name: host, mountPath: /host, readOnly: true }`;
+    writeFileSync(
+      join(work, "kustomization.yaml"),
+      `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [base]
+images:
+  - { name: locale2b, newName: ${IMAGE.split(":")[0]}, newTag: "${IMAGE.split(":")[1]}" }
+secretGenerator:
+  - name: locale2b
+    namespace: ${NS}
+    options: { disableNameSuffixHash: true }
+    literals:
+      - LOCALE2B_DATABASE_URL=${podDb}
+      - LOCALE2B_NODE_TOKEN=${TOKEN}
+configMapGenerator:
+  - name: locale2b-config
+    namespace: ${NS}
+    behavior: merge
+    literals:
+      - LOCALE2B_DOMAIN=${ip("node1")}:${NODE_PORT}
+      - LOCALE2B_LOG_LEVEL=info
+patches:
+  - target: { kind: Service, name: locale2b-api }
+    patch: |
+      - { op: replace, path: /spec/type, value: NodePort }
+      - { op: add, path: /spec/ports/0/nodePort, value: ${NODE_PORT} }
+  - target: { kind: Deployment, name: locale2b-api }
+    patch: |
+      - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
+      - { op: add, path: /spec/template/spec/volumes, value: [${hostVolume}] }
+      - { op: add, path: /spec/template/spec/containers/0/volumeMounts, value: [${hostMount}] }
+      - { op: replace, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2 }
+  - target: { kind: DaemonSet, name: locale2b-node }
+    patch: |
+      - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
+      - { op: add, path: /spec/template/spec/volumes/-, value: ${hostVolume} }
+      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: ${hostMount} }
+      - { op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: ${join(l.hostDir, "data")} }
+      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/0/subPathExpr, value: "$(NODE_NAME)" }
+      - { op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: ${join(l.hostDir, "images")} }
+      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/1/subPathExpr, value: "$(NODE_NAME)" }
+      - { op: add, path: /spec/template/spec/containers/0/env/-, value: { name: LOCALE2B_NO_IMAGE_BUILD, value: "1" } }
+      - { op: replace, path: /spec/template/spec/containers/0/env/3/value, value: "${l.cgroupParent.replace(/^\//, "")}/$(NODE_NAME)/locale2b-node" }
+      - { op: add, path: /spec/template/spec/containers/0/args/-, value: "--warm-pool=0" }
+`,
+    );
+    t = Date.now();
+    await kubectl(cluster, ["apply", "-k", work], { timeoutMs: 60_000 });
+    await waitFor("the API Deployment (2 ready) and the node DaemonSet (2 ready)", podsReady, 180_000, 500);
+    timings.applyToReady = Date.now() - t;
+    console.log(`fleet on Kubernetes: ${JSON.stringify(timings)}`);
+  }, 900_000);
+
+  afterAll(async () => {
+    for (const s of made) await s.kill().catch(() => undefined);
+    await store?.close();
+    if (cluster && down === undefined) {
+      const left = await downCluster(cluster.layout.stateDir);
+      if (left.length) console.warn(`left behind: ${left.join("; ")}`);
+    }
+    await pg?.stop();
+    if (work) rmSync(work, { recursive: true, force: true });
+  }, 180_000);
+
+  it("the API Deployment spreads one replica per node, and both node agents join the fleet at their host's address", async () => {
+    expect((await pods("locale2b-api")).map((p) => p.spec?.nodeName).sort()).toEqual(["node1", "node2"]);
+    const nodes = await waitFor("both nodes in the fleet", async () => {
+      const n = await fleetNodes();
+      return n.length === 2 ? n : undefined;
+    }, 30_000, 500);
+    expect(nodes.map((n) => [n.name, n.status, n.url])).toEqual([
+      ["node1", "ready", `http://${ip("node1")}:3001`],
+      ["node2", "ready", `http://${ip("node2")}:3001`],
+    ]);
+    // A node answers only the replicas.
+    const r = await fetch(`http://${ip("node1")}:3001/v2/sandboxes`, { headers: { "x-api-key": key } });
+    expect(r.status).toBe(401);
+  });
+
+  it("creates through the Service land on both nodes, and each runs commands", async () => {
+    const t = Date.now();
+    made.push(...(await Promise.all([0, 1, 2, 3].map(() => Sandbox.create("base", { ...sdk(service()), timeoutMs: 600_000 })))));
+    console.log(`4 creates through the Service in ${Date.now() - t} ms`);
+    const where = await Promise.all(made.map((s) => nodeOf(s.sandboxId)));
+    expect(new Set(where)).toEqual(new Set(["node1", "node2"]));
+    for (const s of made) expect((await s.commands.run("echo hello from $(hostname)")).stdout).toBe(`hello from ${s.sandboxId}\n`);
+  }, 180_000);
+
+  it("a sandbox on node2 streams command output through an API pod on node1", async () => {
+    const api1 = (await apiPodOn("node1"))!;
+    expect(api1).toBeDefined();
+    const on2 = made[(await Promise.all(made.map((s) => nodeOf(s.sandboxId)))).indexOf("node2")]!;
+    const s = await Sandbox.connect(on2.sandboxId, sdk(podUrl(api1)));
+    const seen: number[] = [];
+    const r = await s.commands.run("for i in 1 2 3 4; do echo line $i; sleep 0.3; done", { onStdout: () => void seen.push(Date.now()) });
+    expect(r.stdout).toBe("line 1\nline 2\nline 3\nline 4\n");
+    expect(seen.length).toBeGreaterThanOrEqual(3); // streamed, not buffered at either hop
+    expect(seen.at(-1)! - seen[0]!).toBeGreaterThan(500);
+  }, 60_000);
+
+  it("an API pod killed mid-stream: the command goes on, the SDK reattaches through the other replica, the Deployment replaces the pod", async () => {
+    const api1 = (await apiPodOn("node1"))!;
+    const api2 = (await apiPodOn("node2"))!;
+    const s = await Sandbox.connect(made[0]!.sandboxId, sdk(podUrl(api1)));
+    const before: string[] = [];
+    const handle: CommandHandle = await s.commands.run("for i in $(seq 1 16); do echo tick $i; sleep 0.25; done", { background: true, onStdout: (d) => void before.push(d) });
+    await waitFor("two ticks through the API pod on node1", () => (before.join("").split("\n").length > 2 ? true : undefined), 10_000, 50);
+    const t = Date.now();
+    await core.deleteNamespacedPod({ name: api1.metadata!.name!, namespace: NS, gracePeriodSeconds: 0 });
+    void handle.wait().catch(() => undefined); // its connection went with the pod
+    const other = await Sandbox.connect(made[0]!.sandboxId, sdk(podUrl(api2)));
+    const connected = Date.now() - t;
+    const after: string[] = [];
+    const again = await other.commands.connect(handle.pid, { onStdout: (d) => void after.push(d) });
+    console.log(`after the kill: Sandbox.connect through the other replica in ${connected} ms, commands.connect ${Date.now() - t - connected} ms later`);
+    const done = await again.wait();
+    expect(done.exitCode).toBe(0);
+    expect(after.join("")).toMatch(/tick 16\n$/);
+    console.log(`the command ended ${Date.now() - t} ms after the kill; before: ${before.join("").trim().split("\n").length} ticks, after: ${after.join("").trim().split("\n").length}`);
+    // The Service: the next SDK calls work at once through the surviving endpoints.
+    const t2 = Date.now();
+    const viaService = await Sandbox.connect(made[0]!.sandboxId, sdk(service()));
+    expect((await viaService.commands.run("echo through the service")).stdout).toBe("through the service\n");
+    console.log(`through the Service ${Date.now() - t2} ms later`);
+    await waitFor("a replacement API pod, Ready", async () => ((await pods("locale2b-api")).filter(ready).length === 2 ? true : undefined), 60_000, 250);
+    console.log(`API Deployment back to 2 ready replicas ${Date.now() - t} ms after the kill`);
+  }, 120_000);
+
+  it("a node agent pod deleted: the DaemonSet starts another, which adopts the node's sandboxes (they outlive the pod)", async () => {
+    const ids = (await Promise.all(made.map(async (s) => ((await nodeOf(s.sandboxId)) === "node2" ? s : undefined)))).filter((s): s is Sandbox => !!s);
+    expect(ids.length).toBeGreaterThan(0);
+    // A process started before the restart must still be there after it.
+    await ids[0]!.commands.run("echo before > /tmp/mark; sleep 3600 >/dev/null 2>&1 &");
+    const agent = (await pods("locale2b-node")).find((p) => p.spec?.nodeName === "node2")!;
+    const t = Date.now();
+    await core.deleteNamespacedPod({ name: agent.metadata!.name!, namespace: NS });
+    await waitFor("a new node agent pod on node2, Ready", async () => {
+      const p = (await pods("locale2b-node")).find((x) => x.spec?.nodeName === "node2");
+      return p && p.metadata?.name !== agent.metadata?.name && ready(p) ? p : undefined;
+    }, 120_000, 250);
+    console.log(`node agent pod replaced and Ready ${Date.now() - t} ms after its deletion`);
+    const api = (await apiPodOn("node1"))!;
+    for (const s of ids) {
+      const back = await Sandbox.connect(s.sandboxId, sdk(podUrl(api)));
+      const r = await back.commands.run("cat /tmp/mark 2>/dev/null; pgrep -c -x sleep || true");
+      if (s === ids[0]) expect(r.stdout).toBe("before\n1\n");
+    }
+    console.log(`all ${ids.length} sandboxes of node2 answer ${Date.now() - t} ms after the deletion`);
+  }, 180_000);
+
+  it("kubectl cordon: the node agent follows its Node, the fleet places nothing there; uncordon undoes it", async () => {
+    let t = Date.now();
+    await kubectl(cluster!, ["cordon", "node2"]);
+    await waitFor("node2 cordoned in the fleet", async () => ((await nodeStatus("node2")) === "cordoned" ? true : undefined), 30_000, 250).catch(async (e: Error) => {
+      throw new Error(`${e.message}\nnode2's agent says:\n${await agentLog("node2")}`);
+    });
+    console.log(`kubectl cordon → fleet node cordoned in ${Date.now() - t} ms`);
+    const more = await Promise.all([0, 1, 2].map(() => Sandbox.create("base", { ...sdk(service()), timeoutMs: 600_000 })));
+    made.push(...more);
+    expect(await Promise.all(more.map((s) => nodeOf(s.sandboxId)))).toEqual(["node1", "node1", "node1"]);
+    t = Date.now();
+    await kubectl(cluster!, ["uncordon", "node2"]);
+    await waitFor("node2 ready in the fleet", async () => ((await nodeStatus("node2")) === "ready" ? true : undefined), 30_000, 250);
+    console.log(`kubectl uncordon → fleet node ready in ${Date.now() - t} ms`);
+  }, 180_000);
+
+  it("a node lost: its sandboxes answer 'lost with node node2', creates go to node1", async () => {
+    const api = (await apiPodOn("node1"))!;
+    const lost = (await Promise.all(made.map(async (s) => ((await nodeOf(s.sandboxId)) === "node2" ? s : undefined)))).find((s) => !!s)!;
+    expect(lost).toBeDefined();
+    const t = Date.now();
+    await stopNode(cluster!, "node2");
+    const message = await waitFor("the sandbox on node2 to answer 'lost'", async () => {
+      const r = await fetch(`${podUrl(api)}/sandboxes/${lost.sandboxId}`, { headers: { "x-api-key": key } });
+      const body = await r.text();
+      return r.status === 503 && /lost with node/.test(body) ? body : undefined;
+    }, 60_000, 500);
+    expect(message).toMatch(new RegExp(`sandbox ${lost.sandboxId} was lost with node 'node2': no heartbeat for \\d+ s`));
+    console.log(`node2 lost → its sandbox answers 503 'lost' ${Date.now() - t} ms later`);
+    const s = await Sandbox.connect(lost.sandboxId, sdk(podUrl(api))).catch((e: Error) => e);
+    const err = s instanceof Error ? s : await s.commands.run("true").catch((e: Error) => e);
+    expect(String(err)).toMatch(/lost with node 'node2'/);
+    const more = await Promise.all([0, 1].map(() => Sandbox.create("base", { ...sdk(podUrl(api)), timeoutMs: 600_000 })));
+    made.push(...more);
+    expect(await Promise.all(more.map((x) => nodeOf(x.sandboxId)))).toEqual(["node1", "node1"]);
+    expect((await more[0]!.commands.run("echo still serving")).stdout).toBe("still serving\n");
+  }, 180_000);
+
+  it("down stops everything and leaves nothing behind", async () => {
+    for (const s of made) await s.kill().catch(() => undefined);
+    made.length = 0;
+    const l = cluster!.layout;
+    const t = Date.now();
+    down = await downCluster(l.stateDir);
+    console.log(`down in ${Date.now() - t} ms`);
+    expect(down).toEqual([]);
+    expect(existsSync(l.stateDir)).toBe(false);
+  }, 180_000);
+});
