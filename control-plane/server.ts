@@ -39,8 +39,10 @@ import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
+import { setting } from "./settings.js";
 import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
 import { inCluster, KubernetesCordonFollower } from "./fleet/kubernetes-cordon.js";
+import { InfrastructureGuard, parseDenyList } from "./fleet/infrastructure.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
 import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
@@ -165,6 +167,14 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const pairs = opts.tls?.length ? await loadPairs(opts.tls) : undefined;
   if (pairs) for (const warning of tlsWarnings(pairs, opts.domain)) log.warn({ component: "tls" }, warning);
   const store = await openStore(opts, log);
+  // Sandboxes never reach the server's own infrastructure (its Postgres, the Kubernetes API), allowOut or not.
+  const deny = parseDenyList(setting("LOCALE2B_SANDBOX_DENY"));
+  const cluster = inCluster();
+  const guard = opts.databaseUrl || cluster || deny.length ? new InfrastructureGuard({ ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}), ...(cluster ? { cluster } : {}), deny, log }) : undefined;
+  await guard?.start().catch(async (err: unknown) => {
+    await store.close();
+    throw err;
+  });
   const seed = await tokenSeed(store);
   let createdApiKey: string | undefined;
   if (opts.apiKey) await store.importApiKey(opts.apiKey, "LOCALE2B_API_KEY");
@@ -331,7 +341,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     : undefined;
   await heartbeat?.start();
   // In a Kubernetes pod: `kubectl cordon` of this host cordons the fleet node too.
-  const k8s = fleet ? inCluster() : undefined;
+  const k8s = fleet ? cluster : undefined;
   const cordon = k8s ? new KubernetesCordonFollower({ store, name: nodeName!, cluster: k8s, log }) : undefined;
   await cordon?.start();
   log.info(
@@ -360,6 +370,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
       await cordon?.stop();
+      guard?.stop();
       await heartbeat?.stop();
       const closed = listener.close();
       front?.close();

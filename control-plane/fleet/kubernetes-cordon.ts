@@ -54,6 +54,17 @@ function getJson(c: InCluster, path: string, timeoutMs = 5_000): Promise<{ statu
   });
 }
 
+/** The addresses the Kubernetes API is served at: its Service's ClusterIP and its endpoints (the apiservers). */
+export async function apiserverAddresses(c: InCluster): Promise<string[]> {
+  const out = [new URL(c.server).hostname.replace(/^\[|\]$/g, "")];
+  const res = await getJson(c, "/api/v1/namespaces/default/endpoints/kubernetes");
+  if (res.status !== 200) throw new Error(`GET endpoints default/kubernetes: ${res.status}`);
+  for (const subset of (res.body as { subsets?: { addresses?: { ip?: string }[] }[] }).subsets ?? []) {
+    for (const a of subset.addresses ?? []) if (a.ip) out.push(a.ip);
+  }
+  return out;
+}
+
 /** Whether the Node named `name` is cordoned (spec.unschedulable). */
 export async function nodeUnschedulable(c: InCluster, name: string): Promise<boolean> {
   const res = await getJson(c, `/api/v1/nodes/${encodeURIComponent(name)}`);

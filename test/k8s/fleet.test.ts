@@ -242,6 +242,33 @@ patches:
     for (const s of made) expect((await s.commands.run("echo hello from $(hostname)")).stdout).toBe(`hello from ${s.sandboxId}\n`);
   }, 180_000);
 
+  it("from inside a sandbox, as user and as root: no service-account token, no Kubernetes API, no node agent port, no Postgres", async () => {
+    const l = cluster!.layout;
+    const api = new URL(l.apiserverURL);
+    const s = made[0]!;
+    const targets = [
+      [api.hostname, Number(api.port || 443)],
+      [l.kubernetesServiceIP, 443],
+      [ip(await nodeOf(s.sandboxId) as string), 3001],
+      [l.hostIP, Number(new URL(db).port)],
+    ] as const;
+    const probe = `import os, socket
+print("token" if os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token") else "no-token")
+for host, port in ${JSON.stringify(targets)}:
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((host, port)); print("REACHED", host, port)
+    except OSError:
+        print("refused", host, port)`;
+    for (const user of ["user", "root"] as const) {
+      await s.files.write("/tmp/k8s-probe.py", probe, { user });
+      const r = await s.commands.run("python3 /tmp/k8s-probe.py", { user });
+      expect(r.stdout, user).toMatch(/^no-token\n/);
+      expect(r.stdout, user).not.toMatch(/REACHED/);
+      expect(r.stdout.match(/refused/g)?.length, r.stdout).toBe(targets.length);
+    }
+  }, 60_000);
+
   it("a sandbox on node2 streams command output through an API pod on node1", async () => {
     const api1 = (await apiPodOn("node1"))!;
     expect(api1).toBeDefined();

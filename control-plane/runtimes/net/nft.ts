@@ -5,9 +5,11 @@
 //
 //   table inet locale2b
 //     map sandboxes          ifname → jump sbx_<id>            (one element per sandbox device)
+//     set infra              addresses of the server's own infrastructure (its Postgres, the
+//                            Kubernetes API, LOCALE2B_SANDBOX_DENY): setInfrastructure()
 //     chain forward          from a sandbox: never to another sandbox's /30, link-local (cloud
-//                            metadata) or multicast; then its own chain (anti-spoofing, egress
-//                            policy); to a sandbox: only replies
+//                            metadata), multicast or @infra (no allowOut opens them); then its own
+//                            chain (anti-spoofing, egress policy); to a sandbox: only replies
 //     chain input            from a sandbox to the host itself: only DNS to a host-local resolver
 //     chain postrouting      masquerade NET_BASE leaving by any other device
 //     chain sbx_<id>         only the sandbox's own source address; DNS to the resolvers;
@@ -24,7 +26,7 @@ import type { EgressPolicy } from "../../domain/network.js";
 const TABLE = "inet locale2b";
 const DEVICES = `"l2b*"`;
 /** An empty chain naming this version of the table's rules: another version is replaced. */
-const SCHEMA = "schema_2";
+const SCHEMA = "schema_3";
 
 /** The tools egress rules need that this host lacks, as a reason; undefined when it has them. */
 export function missingTools(tools: string[]): string | undefined {
@@ -49,9 +51,11 @@ export function tableRules(localDns: string[]): string[] {
     `add table ${TABLE}`,
     `add chain ${TABLE} ${SCHEMA}`,
     `add map ${TABLE} sandboxes { type ifname : verdict; }`,
+    `add set ${TABLE} infra { type ipv4_addr; flags interval; auto-merge; }`,
     `add chain ${TABLE} forward { type filter hook forward priority filter - 5; policy accept; }`,
     `add rule ${TABLE} forward iifname ${DEVICES} meta nfproto ipv6 drop`,
     `add rule ${TABLE} forward iifname ${DEVICES} ip daddr { ${NET_BASE}, 169.254.0.0/16, 224.0.0.0/3 } reject with icmp type admin-prohibited`,
+    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @infra reject with icmp type admin-prohibited`,
     `add rule ${TABLE} forward iifname ${DEVICES} iifname vmap @sandboxes`,
     `add rule ${TABLE} forward oifname ${DEVICES} ct state established,related accept`,
     `add rule ${TABLE} forward oifname ${DEVICES} drop`,
@@ -96,6 +100,19 @@ export function ensureTable(log: Logger): Promise<void> {
     throw err;
   });
   return tableReady;
+}
+
+/**
+ * The addresses no sandbox may reach whatever its policy says (allowOut
+ * included): the server's own infrastructure, e.g. its Postgres and the
+ * Kubernetes API on a private network a sandbox could otherwise route to.
+ * Replaces the previous list. IPv4 addresses and CIDRs.
+ */
+export async function setInfrastructure(addresses: string[], log: Logger): Promise<void> {
+  if (!findExecutable("nft") || process.getuid?.() !== 0) return;
+  await ensureTable(log);
+  const v4 = [...new Set(addresses.filter((a) => /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/.test(a)))];
+  await nft([`flush set ${TABLE} infra`, ...(v4.length ? [`add element ${TABLE} infra { ${v4.join(", ")} }`] : [])].join("\n"));
 }
 
 /** The nft chain of a sandbox. */
