@@ -178,6 +178,17 @@ describe.skipIf(!isRoot)("volumes (process runtime, e2b JS SDK)", { timeout: 180
     expect(await Volume.destroy(vol.volumeId)).toBe(true);
   });
 
+  it("a filesystem-only pause keeps the mount: the resumed sandbox has its volume at the same path", async () => {
+    const vol = await Volume.create("fs-pause");
+    const sbx = await create({ "/fsp": vol });
+    await sh(sbx, "echo kept > /fsp/k && echo own > /home/user/own");
+    await sbx.pause({ keepMemory: false });
+    await vol.writeFile("/while-paused", "written while paused");
+    const again = await Sandbox.connect(sbx.sandboxId);
+    expect((await sh(again, "cat /fsp/k /fsp/while-paused /home/user/own")).stdout).toBe("kept\nwritten while pausedown\n");
+    expect((await again.getInfo()).volumeMounts).toEqual([{ name: "fs-pause", path: "/fsp" }]);
+  });
+
   it("volumeMounts that cannot be: unknown volume, bad paths, overlapping mounts: 400 saying why", async () => {
     const vol = await Volume.create("mount-checks");
     const post = (volumeMounts: unknown) => rest(cp, "POST", "/v2/sandboxes", { templateID: "base", volumeMounts });
