@@ -11,6 +11,7 @@ import { benchStream } from "./stream.js";
 import { benchTemplates } from "./templates/index.js";
 import { benchTls } from "./tls.js";
 import { benchVm } from "./vm/index.js";
+import { benchVolumes } from "./volumes.js";
 import { benchWorkspace } from "./workspace/index.js";
 
 /**
@@ -32,6 +33,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   templates: benchTemplates,
   tls: benchTls,
   fleet: benchFleet,
+  volumes: benchVolumes,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -80,6 +82,8 @@ fleet (locale2b api + locale2b node over a throwaway Postgres vs locale2b serve,
   LOCALE2B_BENCH_FLEET_BURST=20      creates per burst (creates per second, one node vs two)
   LOCALE2B_BENCH_FLEET_BURST_CONCURRENCY=8  creates in flight in a burst
   LOCALE2B_BENCH_FLEET_ROUNDS=5      bursts per variant (order alternating)
+volumes (a volume mounted in a sandbox vs the sandbox's own disk, process runtime; root):
+  LOCALE2B_BENCH_VOLUME_BYTES=256M  bytes per dd write and read (repeated LOCALE2B_BENCH_REPS times, order alternating)
 vm (qemu microVMs; needs QEMU, vhost-device-vsock, a kernel and the base template):
   LOCALE2B_BENCH_VM_BOOTS=3      VMs booted one at a time (create -> envd ready; their memory is part 5)
   LOCALE2B_BENCH_VM_EXEC_N=50    measured exec round trips per runtime (after 5 warm-up)

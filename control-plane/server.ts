@@ -47,6 +47,8 @@ import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js"
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
 import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
 import { TlsFront } from "./tls/tls-front.js";
+import { VolumeService } from "./volumes/volume-service.js";
+import { volumeIds, volumeSizeMB } from "./volumes/volume-settings.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -208,6 +210,16 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   });
   // A fleet node copies a template's image from another node when a create of it lands here first.
   const puller = opts.fleet ? imagePuller({ imagesDir: images, dataDir: opts.dataDir, store, self: nodeName!, token: opts.fleet.token, log }) : undefined;
+  const volumes = new VolumeService({
+    store,
+    dataDir: opts.dataDir,
+    seed,
+    ...volumeIds(),
+    defaultSizeMB: volumeSizeMB(),
+    liveSandboxes: async () => [...(managerRef?.list() ?? []), ...(await store.listSandboxes())],
+    log: log.child({ component: "volumes" }),
+  });
+  await volumes.start();
   const manager = new SandboxManager({
     store,
     ...(nodeName !== undefined ? { node: nodeName } : {}),
@@ -227,6 +239,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     templateWarmPool: opts.templateWarmPool,
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
     ...(puller ? { ensureImage: (image: string) => puller.ensure(image) } : {}),
+    volumes,
     prepare: async (target, dir, guest) => {
       const sandboxLog = log.child({ sandboxId: target.endpoint.sandboxId });
       if (guest) await applyGuestIdentity(envdRpc, target, guest, sandboxLog);
@@ -259,6 +272,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     events: activity.bus,
     audit: activity.audit,
     history: activity.history,
+    volumes,
   };
 
   const proxy = createEnvdProxy(deps);

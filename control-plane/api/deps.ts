@@ -8,6 +8,7 @@ import type { Store } from "../store/store.js";
 import type { SnapshotService } from "../snapshots/snapshot-service.js";
 import type { TemplateService } from "../templates/template-service.js";
 import type { TemplateFiles } from "../templates/uploads.js";
+import type { VolumeService } from "../volumes/volume-service.js";
 
 /** What the API surfaces (REST, Connect, envd proxy) are built from. */
 export interface ApiDeps {
@@ -35,4 +36,6 @@ export interface ApiDeps {
   audit?: AuditLog;
   /** Metrics history (E2B's GET /sandboxes/{id}/metrics ranges). */
   history?: MetricsHistory;
+  /** Volumes and their file API (absent: /volumes answers 404). */
+  volumes?: VolumeService;
 }

@@ -279,6 +279,7 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
     "Point the E2B SDK at it:",
     `  export E2B_API_URL=${url}`,
     `  export E2B_SANDBOX_URL=${url}`,
+    `  export E2B_VOLUME_API_URL=${url}`,
   ];
   if (opts.tls && opts.domain && opts.domain !== "localhost") {
     const domain = /:\d+$/.test(opts.domain) || cp.port === 443 ? opts.domain : `${opts.domain}:${cp.port}`;

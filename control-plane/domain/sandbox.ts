@@ -1,6 +1,7 @@
 import type { SandboxNetwork } from "./network.js";
 import type { SnapshotSource } from "./snapshot.js";
 import type { SandboxBoot } from "./template.js";
+import type { VolumeMount } from "./volume.js";
 
 /**
  * The control plane's domain: a sandbox record as the store keeps it and the
@@ -49,6 +50,8 @@ export interface SandboxRecord {
   runtimeData: Record<string, unknown>;
   /** Set when state is `killed`: why (killed, timeout, died, ...). */
   endReason?: string;
+  /** Volumes mounted in it (E2B's volumeMounts: by name, at a path inside). */
+  volumeMounts?: VolumeMount[];
 }
 
 export type LifecycleEventType = "created" | "paused" | "resumed" | "killed" | "timed_out";
@@ -82,6 +85,8 @@ export interface CreateSandboxInput {
   boot?: SandboxBoot;
   /** The name the template was asked for by (set by the manager from `templateId`). */
   alias?: string;
+  /** Volumes to mount (by name, at a path inside). */
+  volumeMounts?: VolumeMount[];
 }
 
 export interface ListFilter {

@@ -31,9 +31,9 @@ async function readSources(dir: string): Promise<Sources> {
   try {
     names = (await readdir(dir)).filter((n) => n.endsWith(".c") || n.endsWith(".h")).sort();
   } catch (err) {
-    throw new Error(`guest init sources not found at ${dir}: ${(err as Error).message}`);
+    throw new Error(`C sources not found at ${dir}: ${(err as Error).message}`);
   }
-  if (!names.some((n) => n.endsWith(".c"))) throw new Error(`no guest init sources (*.c) in ${dir}`);
+  if (!names.some((n) => n.endsWith(".c"))) throw new Error(`no C sources (*.c) in ${dir}`);
   const h = createHash("sha256");
   for (const flag of INIT_CFLAGS) h.update(`flag\0${flag}\0`);
   for (const name of names) {
@@ -69,35 +69,49 @@ const inFlight = new Map<string, Promise<string>>();
  * and the compiler flags). Built in a temporary directory and renamed into
  * place, so a directory that exists is complete; returns at once when it does.
  */
-export async function ensureInitBinary(imagesDir: string, log?: (line: string) => void): Promise<string> {
-  const src = await readSources(initSourceDir());
-  const finalDir = join(imagesDir, "init", src.hash16);
-  const binary = join(finalDir, "locale2b-init");
+export function ensureInitBinary(imagesDir: string, log?: (line: string) => void): Promise<string> {
+  return ensureCompiled({ sourceDir: initSourceDir(), cacheDir: join(imagesDir, "init"), binaryName: "locale2b-init", what: "the guest init" }, log);
+}
+
+/** A static C program (every *.c of `sourceDir`), compiled once per source version into `<cacheDir>/<hash16>/<binaryName>`. */
+export interface CompiledProgram {
+  sourceDir: string;
+  cacheDir: string;
+  binaryName: string;
+  /** For messages: "the guest init". */
+  what: string;
+}
+
+/** The program's binary for the current sources, built on first use (see ensureInitBinary). */
+export async function ensureCompiled(prog: CompiledProgram, log?: (line: string) => void): Promise<string> {
+  const src = await readSources(prog.sourceDir);
+  const finalDir = join(prog.cacheDir, src.hash16);
+  const binary = join(finalDir, prog.binaryName);
   if (existsSync(binary)) return binary;
   let p = inFlight.get(binary);
   if (!p) {
-    p = build(src, imagesDir, finalDir, binary, log).finally(() => inFlight.delete(binary));
+    p = build(src, prog, finalDir, binary, log).finally(() => inFlight.delete(binary));
     inFlight.set(binary, p);
   }
   return p;
 }
 
-async function build(src: Sources, imagesDir: string, finalDir: string, binary: string, log?: (line: string) => void): Promise<string> {
-  const parent = join(imagesDir, "init");
+async function build(src: Sources, prog: CompiledProgram, finalDir: string, binary: string, log?: (line: string) => void): Promise<string> {
+  const parent = prog.cacheDir;
   await mkdir(parent, { recursive: true });
   const tmp = join(parent, `.tmp-${src.hash16}-${process.pid}-${randomBytes(4).toString("hex")}`);
   await mkdir(tmp);
   try {
-    const out = join(tmp, "locale2b-init");
+    const out = join(tmp, prog.binaryName);
     const cc = process.env.CC || "gcc";
-    log?.(`building the guest init ${src.hash16} (${cc} ${INIT_CFLAGS.join(" ")})`);
+    log?.(`building ${prog.what} ${src.hash16} (${cc} ${INIT_CFLAGS.join(" ")})`);
     const started = Date.now();
     const r = await run(cc, [...INIT_CFLAGS, "-o", out, ...src.files], tmp);
-    if (r.error) throw new Error(`cannot build the guest init: ${cc} not found: ${MISSING_TOOLCHAIN}`);
+    if (r.error) throw new Error(`cannot build ${prog.what}: ${cc} not found: ${MISSING_TOOLCHAIN}`);
     if (r.code !== 0) {
       const detail = r.stderr.trim().split("\n").slice(-20).join("\n");
-      if (toolchainMissing(r.stderr)) throw new Error(`cannot build the guest init: static libc or headers missing: ${MISSING_TOOLCHAIN}\n${detail}`);
-      throw new Error(`cannot build the guest init (${cc} exited ${r.code}):\n${detail}`);
+      if (toolchainMissing(r.stderr)) throw new Error(`cannot build ${prog.what}: static libc or headers missing: ${MISSING_TOOLCHAIN}\n${detail}`);
+      throw new Error(`cannot build ${prog.what} (${cc} exited ${r.code}):\n${detail}`);
     }
     await chmod(out, 0o755);
     try {
@@ -109,7 +123,7 @@ async function build(src: Sources, imagesDir: string, finalDir: string, binary: 
       throw err;
     }
     const { size } = await stat(binary);
-    log?.(`built the guest init ${src.hash16} in ${Date.now() - started} ms (${size} bytes)`);
+    log?.(`built ${prog.what} ${src.hash16} in ${Date.now() - started} ms (${size} bytes)`);
     return binary;
   } finally {
     await rm(tmp, { recursive: true, force: true });

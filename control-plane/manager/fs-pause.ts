@@ -14,6 +14,8 @@ import type { Instance } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Transport } from "../transport/transport.js";
 import { egressFor } from "./egress.js";
+import type { VolumeLeases } from "./options.js";
+import { volumeLease } from "./volumes.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
 
@@ -34,6 +36,7 @@ export interface FsPauseDeps {
   dir(id: string): string;
   /** Until the new instance's envd answers. */
   waitReady(id: string, inst: Instance): Promise<void>;
+  volumes?: VolumeLeases;
 }
 
 export function pausedDir(dataDir: string, id: string): string {
@@ -84,8 +87,15 @@ export async function resumeFromDisk(d: FsPauseDeps, rec: SandboxRecord): Promis
   mkdirSync(dir, { recursive: true });
   const log = d.log.child({ sandboxId: rec.id });
   const egress = await egressFor(runtime, rec.network, rec.allowInternetAccess);
-  const spec = { sandboxId: rec.id, templateId: rec.boot?.image ?? rec.templateId, cpuCount: rec.cpuCount, memoryMB: rec.memoryMB, diskSizeMB: rec.diskSizeMB, dir, allowInternetAccess: rec.allowInternetAccess, egress, log };
-  const inst = await runtime.createFromSnapshot(spec, { kind: "filesystem", dir: src, runtime: rec.runtime });
+  // Its volumes again: they cannot have been destroyed while it was paused.
+  const lease = rec.volumeMounts?.length ? await volumeLease(d.volumes, runtime, rec.volumeMounts) : undefined;
+  const spec = { sandboxId: rec.id, templateId: rec.boot?.image ?? rec.templateId, cpuCount: rec.cpuCount, memoryMB: rec.memoryMB, diskSizeMB: rec.diskSizeMB, dir, allowInternetAccess: rec.allowInternetAccess, egress, log, ...(lease ? { volumes: lease.bindings } : {}) };
+  let inst: Instance;
+  try {
+    inst = await runtime.createFromSnapshot(spec, { kind: "filesystem", dir: src, runtime: rec.runtime });
+  } finally {
+    lease?.release();
+  }
   try {
     await d.waitReady(rec.id, inst);
   } catch (err) {

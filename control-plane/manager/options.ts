@@ -9,6 +9,7 @@ import type { EnvdTarget } from "../transport/envd-rpc.js";
 import type { Transport } from "../transport/transport.js";
 import type { AdmissionLimits } from "./admission.js";
 import type { SandboxBoot } from "../domain/template.js";
+import type { VolumeBinding, VolumeMount } from "../domain/volume.js";
 
 export interface ManagerLimits {
   /** Sandboxes that may exist at once (running or paused). */
@@ -89,5 +90,12 @@ export interface ManagerOptions {
   quiesce?: (sandboxId: string) => Promise<void>;
   /** A fleet node: makes sure a template's image is on this host before a create boots it (copied from another node). */
   ensureImage?: (image: string) => Promise<void>;
+  /** Volumes (E2B's volumeMounts): absent, a create that asks for one is refused. */
+  volumes?: VolumeLeases;
   log: Logger;
+}
+
+/** What the manager needs of the volumes: a create's mounts checked, turned into host paths, and held while it starts. */
+export interface VolumeLeases {
+  acquire(mounts: VolumeMount[]): Promise<{ bindings: VolumeBinding[]; release(): void }>;
 }

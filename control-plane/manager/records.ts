@@ -36,6 +36,7 @@ export function newRecord(seed: Buffer, id: string, input: CreateSandboxInput, s
     network: input.network,
     runtime,
     runtimeData: {},
+    ...(input.volumeMounts?.length ? { volumeMounts: input.volumeMounts } : {}),
   };
 }
 

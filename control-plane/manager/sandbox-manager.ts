@@ -14,6 +14,8 @@ import { deriveToken, newSandboxId } from "./ids.js";
 import { SnapshotUnusableError } from "../runtimes/errors.js";
 import type { EgressRules } from "../domain/network.js";
 import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
+import { volumeLease } from "./volumes.js";
+import type { VolumeBinding } from "../domain/volume.js";
 import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
 import { adoptRecord } from "./adopt.js";
 import { initResumed, waitForEnvd } from "./envd-ready.js";
@@ -218,6 +220,30 @@ export class SandboxManager {
     const shape = { templateId: image, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
     input = { ...input, templateId: template.templateId, boot: template.boot, ...("alias" in template && template.alias ? { alias: template.alias } : {}) };
     const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
+    const lease = input.volumeMounts?.length ? await volumeLease(this.o.volumes, runtime, input.volumeMounts) : undefined;
+    if (!lease) return this.createOn(input, template, runtime, shape, timeout, egress, image, from);
+    try {
+      // A warm sandbox has no mounts: a create with volumes starts its own.
+      input = { ...input, volumeMounts: lease.bindings.map((b) => ({ name: b.name, path: b.path })) };
+      checkCapacity(this.table.list(), this.o.limits, memoryMB);
+      return await this.durable(this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress, lease.bindings)));
+    } finally {
+      lease.release();
+    }
+  }
+
+  /** A create without volumes: a warm sandbox when one fits, else a new one. */
+  private async createOn(
+    input: CreateSandboxInput,
+    template: { boot: SandboxBoot },
+    runtime: Runtime,
+    shape: WarmShape,
+    timeout: number,
+    egress: Awaited<ReturnType<typeof egressFor>>,
+    image: string,
+    from: CreateSandboxInput["fromSnapshot"],
+  ): Promise<SandboxRecord> {
+    const memoryMB = shape.memoryMB;
     const pool = this.warm.pool(image);
     // A template's start command ran before any create: it has the create's env vars only through envd, so a create with its own waits for a fresh one.
     const envsOk = !template.boot.startCmd || Object.keys(input.envVars ?? {}).length === 0;
@@ -244,7 +270,7 @@ export class SandboxManager {
     return this.durable(this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress)));
   }
 
-  private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>): Promise<SandboxRecord> {
+  private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>, volumes?: VolumeBinding[]): Promise<SandboxRecord> {
     const id = newSandboxId();
     return this.locks.run(id, async () => {
       checkCapacity(this.table.list(), this.o.limits, shape.memoryMB);
@@ -255,7 +281,7 @@ export class SandboxManager {
       mkdirSync(dir, { recursive: true });
       let inst: Instance | undefined;
       try {
-        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log, ...this.warmUpFor(rec) };
+        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log, ...(volumes?.length ? { volumes } : this.warmUpFor(rec)) };
         inst = await (input.fromSnapshot ? runtime.createFromSnapshot(spec, input.fromSnapshot) : runtime.create(spec));
         rec = this.save({ ...rec, runtimeData: inst.persisted });
         await this.waitReady(id, inst);

@@ -1,5 +1,6 @@
 import type { EgressPolicy } from "../domain/network.js";
 import type { SnapshotKind, SnapshotSource } from "../domain/snapshot.js";
+import type { VolumeBinding } from "../domain/volume.js";
 import type { Endpoint, PausePolicy } from "../transport/endpoint.js";
 import type { Logger } from "pino";
 
@@ -15,6 +16,8 @@ export interface InstanceSpec {
   allowInternetAccess: boolean;
   /** Egress allow/deny lists (only given to a runtime whose egressUnsupported() says nothing). */
   egress?: EgressPolicy;
+  /** Volumes to mount, each a host directory at a path inside (only given to a runtime whose volumesUnsupported() says nothing). */
+  volumes?: VolumeBinding[];
   /**
    * Started ahead of time (the warm pool): run it at the lowest CPU priority
    * the runtime can give, so its start-up never slows real work; foreground()
@@ -122,6 +125,8 @@ export interface Runtime {
   create(spec: InstanceSpec): Promise<Instance>;
   /** Why this runtime cannot enforce egress allow/deny lists here, or undefined when it can. */
   egressUnsupported(): Promise<string | undefined>;
+  /** Why this runtime cannot mount volumes here (and what it would need), or undefined when it can. */
+  volumesUnsupported(): Promise<string | undefined>;
   /** Re-attaches to an instance that outlived a control-plane restart, or undefined if it is gone. */
   adopt(sandboxId: string, dir: string, persisted: Record<string, unknown>, log: Logger): Promise<Instance | undefined>;
   /** The server stops: finish (or stop) background work of the runtime's own; its sandboxes keep running. */

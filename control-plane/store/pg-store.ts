@@ -5,6 +5,7 @@ import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../
 import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 import type { NodeRecord } from "../domain/node.js";
+import type { VolumeRecord } from "../domain/volume.js";
 import { nodeOf } from "./store-common.js";
 
 /**
@@ -86,6 +87,11 @@ const MIGRATIONS: Migration[] = [
     version: 3,
     name: "nodes: the hosts of a fleet, their addresses and heartbeats",
     statements: ["CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at BIGINT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)"],
+  },
+  {
+    version: 4,
+    name: "volumes: storage that outlives sandboxes",
+    statements: ["CREATE TABLE volumes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, record TEXT NOT NULL)"],
   },
 ];
 
@@ -408,6 +414,28 @@ export class PgStore implements Store {
 
   async deleteNode(name: string): Promise<boolean> {
     return (await this.changes("DELETE FROM nodes WHERE name = $1", [name])) > 0;
+  }
+
+  async addVolume(v: VolumeRecord): Promise<boolean> {
+    return (await this.changes("INSERT INTO volumes (id, name, created_at, record) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING", [v.id, v.name, v.createdAt, JSON.stringify(v)])) > 0;
+  }
+
+  async getVolume(id: string): Promise<VolumeRecord | undefined> {
+    const row = (await this.rows<{ record: string }>("SELECT record FROM volumes WHERE id = $1", [id]))[0];
+    return row ? (JSON.parse(row.record) as VolumeRecord) : undefined;
+  }
+
+  async volumeByName(name: string): Promise<VolumeRecord | undefined> {
+    const row = (await this.rows<{ record: string }>("SELECT record FROM volumes WHERE name = $1", [name]))[0];
+    return row ? (JSON.parse(row.record) as VolumeRecord) : undefined;
+  }
+
+  async listVolumes(): Promise<VolumeRecord[]> {
+    return (await this.rows<{ record: string }>('SELECT record FROM volumes ORDER BY created_at, id COLLATE "C"')).map((r) => JSON.parse(r.record) as VolumeRecord);
+  }
+
+  async deleteVolume(id: string): Promise<boolean> {
+    return (await this.changes("DELETE FROM volumes WHERE id = $1", [id])) > 0;
   }
 
   /**

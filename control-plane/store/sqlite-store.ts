@@ -8,6 +8,7 @@ import { pidAlive } from "../host/pids.js";
 import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 import type { NodeRecord } from "../domain/node.js";
+import type { VolumeRecord } from "../domain/volume.js";
 import { nodeOf } from "./store-common.js";
 
 /**
@@ -82,6 +83,9 @@ const MIGRATIONS: Migration[] = [
   ] },
   { version: 3, name: "nodes: the hosts of a fleet, their addresses and heartbeats", statements: [
     "CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at INTEGER NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)",
+  ] },
+  { version: 4, name: "volumes: storage that outlives sandboxes", statements: [
+    "CREATE TABLE volumes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, record TEXT NOT NULL)",
   ] },
 ];
 
@@ -412,6 +416,28 @@ export class SqliteStore implements Store {
 
   async deleteNode(name: string): Promise<boolean> {
     return this.db.run("DELETE FROM nodes WHERE name = ?", [name]).changes > 0;
+  }
+
+  async addVolume(v: VolumeRecord): Promise<boolean> {
+    return this.db.run("INSERT INTO volumes (id, name, created_at, record) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", [v.id, v.name, v.createdAt, JSON.stringify(v)]).changes > 0;
+  }
+
+  async getVolume(id: string): Promise<VolumeRecord | undefined> {
+    const row = this.db.get("SELECT record FROM volumes WHERE id = ?", [id]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as VolumeRecord) : undefined;
+  }
+
+  async volumeByName(name: string): Promise<VolumeRecord | undefined> {
+    const row = this.db.get("SELECT record FROM volumes WHERE name = ?", [name]) as { record: string } | null;
+    return row ? (JSON.parse(row.record) as VolumeRecord) : undefined;
+  }
+
+  async listVolumes(): Promise<VolumeRecord[]> {
+    return (this.db.all("SELECT record FROM volumes ORDER BY created_at, id") as { record: string }[]).map((r) => JSON.parse(r.record) as VolumeRecord);
+  }
+
+  async deleteVolume(id: string): Promise<boolean> {
+    return this.db.run("DELETE FROM volumes WHERE id = ?", [id]).changes > 0;
   }
 
   async initSetting(key: string, value: string): Promise<string> {

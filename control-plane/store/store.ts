@@ -2,6 +2,7 @@ import type { ListFilter, SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
+import type { VolumeRecord } from "../domain/volume.js";
 
 export interface ApiKeyInfo {
   id: string;
@@ -75,6 +76,14 @@ export interface Store {
   deleteNode(name: string): Promise<boolean>;
   /** Per node, its sandboxes that are not killed and the memory they were given (MiB), as the store has them now. */
   nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]>;
+
+  /** Inserts a volume; false (nothing written) when its name is taken. */
+  addVolume(record: VolumeRecord): Promise<boolean>;
+  getVolume(id: string): Promise<VolumeRecord | undefined>;
+  volumeByName(name: string): Promise<VolumeRecord | undefined>;
+  /** Oldest first (then by id). */
+  listVolumes(): Promise<VolumeRecord[]>;
+  deleteVolume(id: string): Promise<boolean>;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): Promise<string | undefined>;

@@ -237,8 +237,26 @@ for (const kind of kinds) {
       expect(await store.getNode("n1")).toBeUndefined();
     });
 
+    it("keeps volumes by id, one per name, oldest first", async () => {
+      const vol = (id: string, name: string, createdAt: number) => ({ id, name, sizeMB: 512, createdAt });
+      expect(await store.addVolume(vol("vol_b", "data", 2))).toBe(true);
+      expect(await store.addVolume(vol("vol_a", "cache-1", 2))).toBe(true);
+      // A name is one volume's: the second is refused, the first kept.
+      expect(await store.addVolume(vol("vol_c", "data", 3))).toBe(false);
+      expect(await store.getVolume("vol_c")).toBeUndefined();
+      expect(await store.getVolume("vol_b")).toEqual(vol("vol_b", "data", 2));
+      expect((await store.volumeByName("cache-1"))?.id).toBe("vol_a");
+      expect(await store.volumeByName("nope")).toBeUndefined();
+      expect((await store.listVolumes()).map((v) => v.id)).toEqual(["vol_a", "vol_b"]);
+      expect(await store.deleteVolume("vol_b")).toBe(true);
+      expect(await store.deleteVolume("vol_b")).toBe(false);
+      // Its name is free again.
+      expect(await store.addVolume(vol("vol_d", "data", 4))).toBe(true);
+      expect((await store.listVolumes()).map((v) => v.name)).toEqual(["cache-1", "data"]);
+    });
+
     it("records its schema versions, and opening again applies none twice", async () => {
-      expect(await store.schemaVersions()).toEqual([1, 2, 3]);
+      expect(await store.schemaVersions()).toEqual([1, 2, 3, 4]);
     });
   });
 }
@@ -254,7 +272,7 @@ describe("schema versions", () => {
     old.run("INSERT INTO sandboxes VALUES (?, ?, ?, ?, ?, ?)", ["old1", "running", "base", 1, 2, JSON.stringify(sandbox("old1"))]);
     old.close();
     const store = new SqliteStore(path);
-    expect(await store.schemaVersions()).toEqual([1, 2, 3]);
+    expect(await store.schemaVersions()).toEqual([1, 2, 3, 4]);
     expect(await store.getSandbox("old1")).toEqual(sandbox("old1"));
     await store.putSandbox(sandbox("new1", { node: "n1" }));
     expect((await store.listSandboxes({ node: "n1" })).map((r) => r.id)).toEqual(["new1"]);
@@ -269,13 +287,13 @@ describe("schema versions", () => {
     const db = new sqlite.Database(path);
     db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     db.close();
-    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(3\): run the newer locale2b/);
+    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(4\): run the newer locale2b/);
   });
 
   it.skipIf(missing !== undefined)("postgres: replicas starting together migrate once; a newer database is refused", async () => {
     const url = await server!.database();
     const stores = await Promise.all([1, 2, 3, 4].map(() => PgStore.open(url, { max: 2 })));
-    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2, 3]);
+    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2, 3, 4]);
     // One token seed for every replica, whichever wrote first.
     const seeds = await Promise.all(stores.map((s, i) => s.initSetting("token_seed", `seed-${i}`)));
     expect(new Set(seeds).size).toBe(1);
@@ -284,7 +302,7 @@ describe("schema versions", () => {
     await c.connect();
     await c.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     await c.end();
-    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(3\)/);
+    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(4\)/);
   });
 
   it.skipIf(missing !== undefined)("postgres: a server that cannot be reached is a clear error, with no password in it", async () => {

@@ -130,6 +130,10 @@ export class StandInRuntime implements Runtime {
     return "the stand-in runtime has no network of its own";
   }
 
+  async volumesUnsupported(): Promise<string | undefined> {
+    return "the stand-in runtime has no mounts of its own";
+  }
+
   async create(spec: InstanceSpec): Promise<Instance> {
     requireHostEnvdTag();
     mkdirSync(spec.dir, { recursive: true });

@@ -37,6 +37,7 @@ START_TIMEOUT_S = 60
 _SDK_ENV = (
     "E2B_API_URL",
     "E2B_SANDBOX_URL",
+    "E2B_VOLUME_API_URL",
     "E2B_API_KEY",
     "E2B_DEBUG",
     "E2B_DOMAIN",
@@ -102,6 +103,16 @@ def _kill_all_sandboxes(cp: ControlPlane) -> list[str]:
     return killed
 
 
+def _destroy_all_volumes(cp: ControlPlane) -> None:
+    """Destroys every volume (after the sandboxes: a mounted one is refused), so its loop mount goes before the data dir."""
+    with cp.api() as api:
+        r = api.get("/volumes")
+        if r.status_code != 200:
+            return
+        for v in r.json():
+            api.delete(f"/volumes/{v['volumeID']}")
+
+
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is not None:
         return
@@ -162,6 +173,7 @@ def control_plane() -> Iterator[ControlPlane]:
             os.environ.pop(k, None)
         os.environ["E2B_API_URL"] = url
         os.environ["E2B_SANDBOX_URL"] = url
+        os.environ["E2B_VOLUME_API_URL"] = url
         os.environ["E2B_API_KEY"] = api_key
         try:
             yield cp
@@ -173,8 +185,9 @@ def control_plane() -> Iterator[ControlPlane]:
                     os.environ[k] = v
             try:
                 _kill_all_sandboxes(cp)
+                _destroy_all_volumes(cp)
             except httpx.HTTPError as e:
-                print(f"\nconftest: could not list/kill leftover sandboxes: {e}", file=sys.stderr)
+                print(f"\nconftest: could not list/kill leftover sandboxes or volumes: {e}", file=sys.stderr)
     finally:
         _stop(proc)
         log.close()

@@ -9,6 +9,8 @@ import { metricRoutes } from "./metrics.js";
 import { sandboxByIdRoutes, sandboxRoutes } from "./sandboxes.js";
 import { snapshotRoutes } from "./snapshots.js";
 import { templateRoutes } from "./templates.js";
+import { volumeContentRoutes } from "./volume-content.js";
+import { volumeRoutes } from "./volumes.js";
 
 /** What a route handler gets: the exchange, its path parameters and query, and the API's dependencies. */
 export interface RestContext {
@@ -28,7 +30,7 @@ export interface Route<H = Handler> {
   /** `/sandboxes/:sandboxID/pause`: `:name` segments are parameters. */
   path: string;
   handler: H;
-  /** The request authenticates itself (a signed URL the handler checks), not with an API key. */
+  /** The request authenticates itself (a signed URL, a volume's token: the handler checks), not with an API key. */
   signed?: boolean;
 }
 
@@ -129,6 +131,8 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
     ...logRoutes,
     ...snapshotRoutes,
     ...templateRoutes,
+    ...volumeRoutes,
+    ...volumeContentRoutes,
   );
   return async (req, res) => {
     const t0 = performance.now();
@@ -144,7 +148,7 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
         });
       }
       const key = await apiKeyFromHeaders(deps.store, req.headers);
-      audited = { action: `${method} ${m.path}`, actor: key?.id ?? (m.signed ? "signed-url" : "anonymous"), ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
+      audited = { action: `${method} ${m.path}`, actor: key?.id ?? (m.signed ? (m.params.volumeID ? "volume-token" : "signed-url") : "anonymous"), ...(m.params.sandboxID ? { sandboxId: m.params.sandboxID } : {}), note: {} };
       if (!key && !m.signed) return sendError(res, 401, MISSING_KEY_MESSAGE);
       await m.handler({ req, res, params: m.params, query: url.searchParams, deps, note: audited.note });
     } catch (err) {

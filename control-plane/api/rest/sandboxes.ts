@@ -1,5 +1,6 @@
 import { performance } from "node:perf_hooks";
 import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../domain/sandbox.js";
+import type { VolumeMount } from "../../domain/volume.js";
 import { Fields, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
 import { parseNetworkConfig } from "./network-body.js";
@@ -25,7 +26,7 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
   const metadata = f.stringMap("metadata");
   const envVars = f.stringMap("envVars");
   if (f.object("mcp")) throw new HttpError(400, "field 'mcp': the MCP gateway is not supported by this server");
-  if (f.array("volumeMounts")?.length) throw new HttpError(400, "field 'volumeMounts': volumes are not supported by this server");
+  const volumeMounts = parseVolumeMounts(f.array("volumeMounts"));
   f.object("iam");
   return {
     templateId,
@@ -37,7 +38,18 @@ export function parseNewSandbox(body: Record<string, unknown>, v2: boolean): Cre
     ...(autoResume !== undefined ? { autoResume } : {}),
     ...(allowInternetAccess !== undefined ? { allowInternetAccess } : {}),
     ...(network ? { network } : {}),
+    ...(volumeMounts.length ? { volumeMounts } : {}),
   };
+}
+
+/** E2B's SandboxVolumeMount list: `{name, path}` objects (the manager checks the names and paths themselves). */
+function parseVolumeMounts(list: unknown[] | undefined): VolumeMount[] {
+  return (list ?? []).map((m, i) => {
+    if (!m || typeof m !== "object" || Array.isArray(m)) throw new HttpError(400, `volumeMounts[${i}]: expected an object {"name": "<volume name>", "path": "/mnt/data"}`);
+    const { name, path } = m as Record<string, unknown>;
+    if (typeof name !== "string" || typeof path !== "string") throw new HttpError(400, `volumeMounts[${i}]: 'name' (the volume's name) and 'path' (absolute, inside the sandbox) are required strings`);
+    return { name, path };
+  });
 }
 
 function create(v2: boolean) {

@@ -74,6 +74,7 @@ export function toDetail(rec: SandboxRecord, domain: string): Record<string, unk
     domain,
     ...(network ? { network } : {}),
     lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume },
+    ...(rec.volumeMounts?.length ? { volumeMounts: rec.volumeMounts.map((m) => ({ name: m.name, path: m.path })) } : {}),
   };
 }
 

@@ -87,6 +87,11 @@ export class FirecrackerRuntime implements Runtime {
     return missingTools(["nft", "ip"]);
   }
 
+  /** Firecracker has no virtio-fs: a volume shared between VMs and the host would need a network file system in the guest. */
+  async volumesUnsupported(): Promise<string | undefined> {
+    return "the firecracker runtime does not mount volumes (it has no virtio-fs; shared volumes would need a network file system in the guest): use the process runtime";
+  }
+
   async check(): Promise<string[]> {
     const notes: string[] = [];
     const fc = findFirecracker(this.env);

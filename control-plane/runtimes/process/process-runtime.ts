@@ -19,6 +19,7 @@ import { isLauncherOf, launchSandbox } from "./launcher.js";
 import { buildLaunch, pathsToKeep, type IsolationMode } from "./namespaces.js";
 import { cmdline, isRunning, procStat } from "./procfs.js";
 import { createDisk, shiftedRootfs } from "./sandbox-root.js";
+import { mountVolumes } from "./volume-mounts.js";
 import { prepareSandboxFs, SANDBOX_HOME, SANDBOX_USER, sandboxLayout, userFiles } from "./sandbox-fs.js";
 import { nameServers } from "../net/dns.js";
 import { releaseDevice } from "../net/nft.js";
@@ -101,6 +102,12 @@ export class ProcessRuntime implements Runtime {
     return "they need the server to run as root";
   }
 
+  async volumesUnsupported(): Promise<string | undefined> {
+    const caps = await this.capabilities();
+    if (caps.mode !== "sandbox") return "volumes need the server to run as root (each volume is a loop-mounted ext4 image bound into sandboxes)";
+    return caps.missing;
+  }
+
   private limits(spec: InstanceSpec, cpuCount: number): CgroupLimits {
     return { memoryBytes: spec.memoryMB * MiB, cpuCount, pidsMax: this.opts.pidsMax ?? 1024 };
   }
@@ -113,6 +120,7 @@ export class ProcessRuntime implements Runtime {
     const caps = await this.capabilities();
     if (caps.mode === "sandbox") return this.createSandbox(spec, caps);
     if (spec.egress) throw new Error(`egress allow/deny lists cannot be enforced on this host: ${await this.egressUnsupported()}`);
+    if (spec.volumes?.length) throw new Error(`volumes cannot be mounted on this host: ${await this.volumesUnsupported()}`);
     return this.createHosted(spec, caps);
   }
 
@@ -162,6 +170,7 @@ export class ProcessRuntime implements Runtime {
         envdLogLevel: this.logLevel(),
         logFile: layout.log,
       });
+      if (spec.volumes?.length) await mountVolumes(this.opts.imagesDir ?? imagesDir(), launched.initPid, spec.volumes, { uid: ids.base, gid: ids.base });
       // A way out only when the sandbox may have one: internet access, or an allow list.
       const wantNet = spec.allowInternetAccess || (spec.egress?.allow.length ?? 0) > 0;
       if (wantNet && !caps.noVeth) net = await attachVeth(spec.sandboxId, launched.initPid, spec.egress ?? { allow: [], deny: [] }, spec.log);

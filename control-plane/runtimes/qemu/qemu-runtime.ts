@@ -88,6 +88,15 @@ export class QemuRuntime implements Runtime {
     return tapUnsupported();
   }
 
+  /**
+   * Not yet: a VM needs the volume shared by virtio-fs (virtiofsd on the host's
+   * mount, mounted by the guest init), since an ext4 image cannot be attached to
+   * several VMs, or mounted by a VM and the host, at once.
+   */
+  async volumesUnsupported(): Promise<string | undefined> {
+    return "the qemu runtime does not mount volumes yet (a volume shared with VMs needs virtio-fs: virtiofsd and a guest mount): use the process runtime";
+  }
+
   async check(): Promise<string[]> {
     const t = await this.resolveTools();
     const notes = [`microVMs run under ${t.accel.toUpperCase()} (${t.accelReason}); kernel ${t.kernel}`];
