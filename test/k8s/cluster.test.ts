@@ -14,27 +14,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildBinaries, k8sMissing } from "../helpers/k8s/binaries.js";
+import { k8sMissing, k8sSkipReason } from "../helpers/k8s/binaries.js";
 import { downCluster, importImage, kubectl, notReadyNodes, startNodeAgain, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
 import { get } from "../helpers/k8s/control-plane.js";
 import { waitFor } from "../helpers/k8s/host.js";
 import { busyboxImage, busyboxMissing } from "../helpers/k8s/image.js";
 
-async function whyNot(): Promise<string | undefined> {
-  const missing = k8sMissing() ?? busyboxMissing();
-  if (missing) return missing;
-  if (process.env.LOCALE2B_K8S_NO_BUILD === "1") {
-    const { cachedArtifacts } = await import("../helpers/k8s/binaries.js");
-    if (!cachedArtifacts()) return "the Kubernetes binaries are not built and LOCALE2B_K8S_NO_BUILD=1 (run scripts/k8s/build-binaries.sh)";
-  }
-  try {
-    await buildBinaries({ progress: true });
-  } catch (e) {
-    return `the Kubernetes binaries could not be built: ${(e as Error).message}`;
-  }
-  return undefined;
-}
-const skip = await whyNot();
+const skip = await k8sSkipReason(k8sMissing() ?? busyboxMissing());
 if (skip) console.warn(`test/k8s/cluster.test.ts skipped: ${skip}`);
 
 const NAMESPACE = "default";

@@ -18,29 +18,21 @@ import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client
 import { Sandbox, type CommandHandle } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
-import { buildBinaries, k8sMissing, REPO } from "../helpers/k8s/binaries.js";
+import { k8sMissing, k8sSkipReason, REPO } from "../helpers/k8s/binaries.js";
 import { downCluster, importImage, kubectl, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
 import { waitFor } from "../helpers/k8s/host.js";
 import { locale2bImage } from "../helpers/k8s/locale2b-image.js";
 import { CLI, runCli } from "../helpers/cli.js";
 import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
 
-async function whyNot(): Promise<string | undefined> {
-  const missing = k8sMissing() ?? postgresMissing() ?? (existsSync(CLI) ? undefined : `${CLI} is missing: run 'npm run build'`);
-  if (missing) return missing;
-  if (!existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? "", "templates", "base.current"))) return `no built base template in LOCALE2B_IMAGES_DIR (${process.env.LOCALE2B_IMAGES_DIR}): run the suite once (or 'locale2b serve' as root) to build it`;
-  if (process.env.LOCALE2B_K8S_NO_BUILD === "1") {
-    const { cachedArtifacts } = await import("../helpers/k8s/binaries.js");
-    if (!cachedArtifacts()) return "the Kubernetes binaries are not built and LOCALE2B_K8S_NO_BUILD=1 (run scripts/k8s/build-binaries.sh)";
-  }
-  try {
-    await buildBinaries({ progress: true });
-  } catch (e) {
-    return `the Kubernetes binaries could not be built: ${(e as Error).message}`;
-  }
-  return undefined;
-}
-const skip = await whyNot();
+const skip = await k8sSkipReason(
+  k8sMissing() ??
+    postgresMissing() ??
+    (existsSync(CLI) ? undefined : `${CLI} is missing: run 'npm run build'`) ??
+    (existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? "", "templates", "base.current"))
+      ? undefined
+      : `no built base template in LOCALE2B_IMAGES_DIR (${process.env.LOCALE2B_IMAGES_DIR}): run the suite once (or 'locale2b serve' as root) to build it`),
+);
 if (skip) console.warn(`test/k8s/fleet.test.ts skipped: ${skip}`);
 
 const NS = "locale2b";

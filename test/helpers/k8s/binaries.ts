@@ -76,3 +76,21 @@ export function k8sMissing(): string | undefined {
   if (!cachedArtifacts() && !commandExists("go")) return "no Go toolchain to build the Kubernetes binaries with (scripts/k8s/build-binaries.sh needs Go >= 1.26)";
   return undefined;
 }
+
+/**
+ * Why a test that needs the cluster's binaries cannot run here (after
+ * `missing`, the test's own reason, if any), else undefined once they are
+ * built (the first run builds them: about 15 minutes on 2 cores, cached).
+ */
+export async function k8sSkipReason(missing: string | undefined): Promise<string | undefined> {
+  if (missing) return missing;
+  if (process.env.LOCALE2B_K8S_NO_BUILD === "1" && !cachedArtifacts()) {
+    return "the Kubernetes binaries are not built and LOCALE2B_K8S_NO_BUILD=1 (run scripts/k8s/build-binaries.sh)";
+  }
+  try {
+    await buildBinaries({ progress: true });
+  } catch (e) {
+    return `the Kubernetes binaries could not be built: ${(e as Error).message}`;
+  }
+  return undefined;
+}
