@@ -217,6 +217,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     ...volumeIds(),
     defaultSizeMB: volumeSizeMB(),
     liveSandboxes: async () => [...(managerRef?.list() ?? []), ...(await store.listSandboxes())],
+    ...(nodeName !== undefined ? { node: nodeName } : {}),
     log: log.child({ component: "volumes" }),
   });
   await volumes.start();

@@ -115,6 +115,7 @@ export async function runApiCommand(args: string[]): Promise<number> {
     "Point the E2B SDK at it (or at the Service in front of the replicas):",
     `  export E2B_API_URL=${local}`,
     `  export E2B_SANDBOX_URL=${local}`,
+    `  export E2B_VOLUME_API_URL=${local}`,
     createdKey ? `  export E2B_API_KEY=${createdKey}` : "  export E2B_API_KEY=<your key>",
   ];
   if (createdKey) lines.push("", "This API key was created now and is shown once: store it. (More: 'locale2b keys create --database-url ...'.)");

@@ -12,6 +12,8 @@ export interface VolumeRecord {
   sizeMB: number;
   /** ms since epoch */
   createdAt: number;
+  /** The host whose disk holds it, in a fleet or on a shared Postgres store (absent on one box). */
+  node?: string;
 }
 
 /** A mount a sandbox was created with: the volume by name (as E2B's API takes it) at `path` inside. */

@@ -195,6 +195,24 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     });
 
   /** What a create needs of its node: the template's image (when only nodes that built it have it), its snapshot's node, its memory. */
+  /** The live node a volume's disk is on (a record without a node: the first ready one, as on one box). */
+  const volumeNode = async (name: string | undefined): Promise<NodeRecord | undefined> =>
+    name === undefined ? templateNode() : (await readNodes()).find((n) => n.name === name && live(n));
+
+  /** The node the volumes a create mounts are on (all on one), or an error message. */
+  const volumesPin = async (mounts: unknown): Promise<{ node?: string } | { problem: string }> => {
+    if (!Array.isArray(mounts) || !mounts.length) return {};
+    const nodes = new Set<string>();
+    for (const m of mounts) {
+      const name = (m as { name?: unknown } | null)?.name;
+      if (typeof name !== "string") continue; // the node answers a bad mount with its own 400
+      const v = await store.volumeByName(name);
+      if (v?.node !== undefined) nodes.add(v.node);
+    }
+    if (nodes.size > 1) return { problem: `the volumes this sandbox mounts are on different nodes (${[...nodes].join(", ")}): a sandbox can mount volumes of one node only` };
+    return nodes.size ? { node: [...nodes][0]! } : {};
+  };
+
   const createAsk = async (raw: string): Promise<{ memoryMB: number; image?: string; node?: string }> => {
     const ref = parseTemplateRef(raw);
     if ("problem" in ref) return { memoryMB: DEFAULT_MEMORY_MB };
@@ -223,6 +241,12 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       // the node answers a malformed body with its own 400
     }
     const ask = await createAsk(typeof parsed.templateID === "string" ? parsed.templateID : "base");
+    const pin = await volumesPin(parsed.volumeMounts);
+    if ("problem" in pin) return sendError(res, 400, pin.problem);
+    if (pin.node !== undefined) {
+      if (ask.node !== undefined && ask.node !== pin.node) return sendError(res, 400, `this sandbox's snapshot is on node '${ask.node}' and its volumes on '${pin.node}': they must be on one node`);
+      ask.node = pin.node;
+    }
     return placeCreate(req, res, body, ask, (b) => (JSON.parse(b.toString("utf8")) as { sandboxID?: string }).sandboxID);
   };
 
@@ -443,9 +467,32 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   const rest = async (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0]!;
     if (path === "/workspace" || path.startsWith("/workspace/")) return workspace(req, res, path.slice("/workspace".length) || "/");
+    // A volume's file API authenticates with the volume's token (checked by its node): sent to the node its disk is on.
+    const content = /^\/volumecontent\/([^/]+)(?:\/|$)/.exec(path);
+    if (content) {
+      const v = await store.getVolume(decodeURIComponent(content[1]!));
+      const n = v ? await volumeNode(v.node) : undefined;
+      if (!v) return sendError(res, 404, `volume '${content[1]}' not found`);
+      if (!n) return sendError(res, 503, `volume '${v.name}' is on node '${v.node}', which is not live`);
+      return forward(req, res, n);
+    }
     // Signed template-file uploads authenticate themselves (their URL); every other route needs a key.
     const upload = req.method === "PUT" && /^\/templates\/[^/]+\/files\/[^/]+$/.test(path);
     if (!upload && !(await apiKeyFromHeaders(store, req.headers))) return sendError(res, 401, MISSING_KEY_MESSAGE);
+    const vol = /^\/volumes(?:\/([^/]+))?$/.exec(path);
+    if (vol) {
+      if (!vol[1] && req.method === "POST") {
+        // A new volume's disk goes to the least loaded ready node; sandboxes that mount it are placed there.
+        const placement = place(await nodesForPlacement(), { memoryMB: 0 });
+        if (!placement.ok) return sendError(res, 503, placement.message);
+        return forward(req, res, placement.nodes[0]!);
+      }
+      const key = vol[1] ? decodeURIComponent(vol[1]) : undefined;
+      const v = key ? ((await store.getVolume(key)) ?? (await store.volumeByName(key))) : undefined;
+      const n = v ? await volumeNode(v.node) : await templateNode();
+      if (!n) return sendError(res, 503, v ? `volume '${v.name}' is on node '${v.node}', which is not live` : "no node is ready");
+      return forward(req, res, n);
+    }
     const m = /^\/(?:v2\/)?sandboxes(?:\/([^/]+))?(\/.*)?$/.exec(path);
     if (m) {
       const [, id, rest] = m;

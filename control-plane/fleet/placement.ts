@@ -42,7 +42,7 @@ export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now()):
   if (eligible.length) {
     return { ok: false, why: "full", message: `the fleet is full: ${eligible.length} node${eligible.length > 1 ? "s" : ""} could take this sandbox and none has room for ${ask.memoryMB} MiB more; retry later, or kill or pause some sandboxes` };
   }
-  const where = ask.node !== undefined ? `node '${ask.node}' (where its snapshot is)` : "a node";
+  const where = ask.node !== undefined ? `node '${ask.node}' (where its snapshot or volumes are)` : "a node";
   const why = alive.length === 0 ? `no node has sent a heartbeat in the last ${NODE_LOST_MS / 1000} s` : `${alive.length} live node${alive.length > 1 ? "s" : ""}, none ready for it (cordoned${ask.node !== undefined ? ", or not that node" : ""})`;
   return { ok: false, why: "none", message: `no node can take this sandbox: it needs ${where}; ${why}` };
 }

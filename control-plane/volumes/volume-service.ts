@@ -23,6 +23,8 @@ export interface VolumeServiceOptions {
   defaultSizeMB: number;
   /** The sandboxes that are not killed (every node's), for the destroy check. */
   liveSandboxes: () => Promise<SandboxRecord[]>;
+  /** This host's name when the store is shared (Postgres): its volumes carry it, and it mounts only its own. */
+  node?: string;
   log: Logger;
 }
 
@@ -50,6 +52,7 @@ export class VolumeService {
   async start(): Promise<void> {
     if (!this.o.ids) return;
     for (const v of await this.o.store.listVolumes()) {
+      if (v.node !== this.o.node) continue; // another host's disk
       await mountVolumeDisk(volumeLayout(this.o.dataDir, v.id)).catch((err: unknown) => this.o.log.error({ err, volumeId: v.id }, "cannot mount a volume: its sandboxes and file API will fail"));
     }
   }
@@ -67,7 +70,7 @@ export class VolumeService {
       throw new ControlPlaneError("invalid", `sizeMB ${JSON.stringify(sizeMB)}: expected a whole number of MiB from ${MIN_VOLUME_MB} to ${MAX_VOLUME_MB}`);
     }
     if (await this.o.store.volumeByName(name as string)) throw new ControlPlaneError("conflict", `a volume named '${name as string}' exists: pick another name, or use it (Volume.connect)`);
-    const rec: VolumeRecord = { id: `vol_${randomId(16)}`, name: name as string, sizeMB: size, createdAt: Date.now() };
+    const rec: VolumeRecord = { id: `vol_${randomId(16)}`, name: name as string, sizeMB: size, createdAt: Date.now(), ...(this.o.node !== undefined ? { node: this.o.node } : {}) };
     const layout = volumeLayout(this.o.dataDir, rec.id);
     await createVolumeDisk(layout, size, { uid: ids.base + DEFAULT_OWNER, gid: ids.base + DEFAULT_OWNER }).catch((err: Error) => {
       throw new ControlPlaneError("internal", `cannot create volume '${rec.name}': ${err.message}`);

@@ -10,7 +10,7 @@ import http from "node:http";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CommandExitError, Sandbox, Template } from "e2b";
+import { CommandExitError, Sandbox, Template, Volume } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
@@ -324,6 +324,30 @@ EOF`,
     for (const sid of [id, other.json.sandbox_id as string]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
     expect((await ws(api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
   }, 300_000);
+
+  it("volumes through the replicas: made on a node, its file API and the sandboxes that mount it go there", async () => {
+    const saved = { ...process.env };
+    Object.assign(process.env, { E2B_API_KEY: key, E2B_API_URL: api2.url, E2B_SANDBOX_URL: api2.url, E2B_VOLUME_API_URL: api1.url });
+    try {
+      const vol = await Volume.create("fleet-vol");
+      const home = (await store.getVolume(vol.volumeId))?.node;
+      expect(["n1", "n2"]).toContain(home);
+      await vol.writeFile("/from-api.txt", "written through a replica");
+      const sbx = await Sandbox.create("base", { volumeMounts: { "/mnt/data": vol }, timeoutMs: 120_000 });
+      expect(await nodeOf(sbx.sandboxId)).toBe(home); // placed where the volume's disk is
+      expect((await sbx.commands.run("cat /mnt/data/from-api.txt; echo ok > /mnt/data/back.txt")).stdout).toBe("written through a replica");
+      expect(await (await Volume.connect(vol.volumeId)).readFile("/back.txt")).toBe("ok\n");
+      expect((await Volume.list()).map((v) => v.name)).toContain("fleet-vol");
+      await sbx.kill();
+      expect(await Volume.destroy(vol.volumeId)).toBe(true);
+      expect(await store.getVolume(vol.volumeId)).toBeUndefined();
+    } finally {
+      for (const k of ["E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"]) {
+        if (saved[k] === undefined) delete process.env[k];
+        else process.env[k] = saved[k];
+      }
+    }
+  }, 180_000);
 
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
