@@ -26,7 +26,8 @@ def test_build_with_every_step_then_create(control_plane, tmp_path):
     template = (
         Template(file_context_path=str(ctx))
         .from_template("base")
-        .set_envs({"APP_ENV": "test", "APP_PATH": "$APP_ENV/path"})
+        # The step cache is the host's: a value of this run's own before the COPY, so its step runs (not CACHED).
+        .set_envs({"APP_ENV": "test", "APP_PATH": "$APP_ENV/path", "BUILD_RUN": name})
         .set_workdir("/home/user/svc")
         .copy("app/", "app/")
         .copy("requirements.txt", "/home/user/svc/requirements.txt")
