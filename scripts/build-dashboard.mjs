@@ -20,8 +20,9 @@ const out = process.argv[2] ?? join(root, "dist", "dashboard");
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
-await build({
+const result = await build({
   absWorkingDir: root,
+  metafile: true,
   entryPoints: { app: join(src, "main.tsx") },
   outdir: out,
   bundle: true,
@@ -37,6 +38,20 @@ await build({
   define: { "process.env.NODE_ENV": '"production"' },
   logLevel: "warning",
 });
+
+// The licences of every package bundled, in full (esbuild's LEGAL files keep only the @license comments).
+const packages = new Set();
+for (const input of Object.keys(result.metafile.inputs)) {
+  const m = /(?:^|\/)node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(input);
+  if (m) packages.add(m[1]);
+}
+const licences = [...packages].sort().map((name) => {
+  const dir = join(root, "node_modules", name);
+  const { version, license } = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  const file = readdirSync(dir).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
+  return `${name} ${version} (${license})\n\n${file ? readFileSync(join(dir, file), "utf8").trim() : "(no licence file in the package)"}\n`;
+});
+writeFileSync(join(out, "licenses.txt"), `The dashboard's page bundles these packages:\n\n${licences.join("\n----\n\n")}`);
 
 const hash = (name) => createHash("sha256").update(readFileSync(join(out, name))).digest("hex").slice(0, 16);
 const html = readFileSync(join(src, "index.html"), "utf8").replace("%CSS_HASH%", hash("app.css")).replace("%JS_HASH%", hash("app.js"));

@@ -13,7 +13,9 @@ export function sameOrigin(req: IncomingMessage): { ok: true } | { ok: false; wh
   if (typeof site === "string" && site !== "same-origin" && site !== "none") return { ok: false, why: `Sec-Fetch-Site is '${site}'` };
   const origin = req.headers.origin;
   if (origin !== undefined) {
-    const host = req.headers.host;
+    // HTTP/2 (a browser over TLS) names the host in :authority.
+    const authority = req.headers[":authority"];
+    const host = req.headers.host ?? (typeof authority === "string" ? authority : undefined);
     let originHost: string;
     try {
       originHost = new URL(origin).host;
