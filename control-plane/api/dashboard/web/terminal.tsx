@@ -1,7 +1,7 @@
 import { FitAddon } from "@xterm/addon-fit";
 import { Terminal } from "@xterm/xterm";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { call, ws } from "./api";
+import { ApiError, call, ws } from "./api";
 
 interface SessionStatus {
   session_id: string;
@@ -87,12 +87,18 @@ export function TerminalView({ sandboxId }: { sandboxId: string }) {
       }
       if (!sessionId) {
         const wanted = `dash-${crypto.getRandomValues(new Uint32Array(2)).join("").slice(0, 12)}`;
-        const st = await call<SessionStatus>("POST", ws(`/sandboxes/${sandboxId}/exec/start`), {
-          session_id: wanted,
-          cols: term.cols,
-          rows: term.rows,
-          env: { TERM: "xterm-256color", COLORTERM: "truecolor" },
-          working_dir: "/home/user",
+        const startIn = (dir: string) =>
+          call<SessionStatus>("POST", ws(`/sandboxes/${sandboxId}/exec/start`), {
+            session_id: wanted,
+            cols: term.cols,
+            rows: term.rows,
+            env: { TERM: "xterm-256color", COLORTERM: "truecolor" },
+            working_dir: dir,
+          });
+        // The sandbox user's home, or / in a template that has none.
+        const st = await startIn("/home/user").catch((err: unknown) => {
+          if (err instanceof ApiError && err.status === 400) return startIn("/");
+          throw err;
         });
         sessionId = st.session_id;
         localStorage.setItem(storageKey(sandboxId), sessionId);
