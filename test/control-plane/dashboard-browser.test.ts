@@ -136,8 +136,9 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     await shot(page, "03-sandbox");
 
     // A reload re-attaches to the same shell: its screen comes back from the session's buffer.
-    await page.keyboard.type("export MARK=dashboard-$((1+1))");
+    await page.keyboard.type("export MARK=dashboard-$((1+1)); echo marked-$((3+4))");
     await page.keyboard.press("Enter");
+    await waitForScreen(page, /^marked-7\s*$/);
     await page.reload();
     await page.locator("[data-terminal-state=connected]").waitFor({ timeout: 20_000 });
     await waitForScreen(page, /^42\s*$/);
