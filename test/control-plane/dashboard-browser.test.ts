@@ -147,13 +147,23 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     await page.keyboard.press("Enter");
     await waitForScreen(page, /^dashboard-2\s*$/);
 
+    // Snapshot and fork it (E2B's snapshot and fork routes): the fork is a new running sandbox.
+    await page.locator("button[data-action=snapshot]").click();
+    await page.locator("[data-testid=action-result]", { hasText: "snapshot" }).waitFor({ timeout: 60_000 });
+    await page.locator("button[data-action=fork]").click();
+    const fork = await page.locator("a[data-fork]").getAttribute("data-fork", { timeout: 60_000 });
+    expect(fork).toMatch(/^[a-z0-9]+$/);
+    expect(fork).not.toBe(sbx.sandboxId);
+    expect(cp.manager.get(fork!).state).toBe("running");
+    await shot(page, "04-snapshot-fork");
+
     // Kill it from the list: the row goes, and so does the sandbox.
     await page.locator("a.back").click();
     page.once("dialog", (d) => void d.accept());
     await page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"] button[data-action=kill]`).click();
     await page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"]`).waitFor({ state: "detached", timeout: 15_000 });
     expect(cp.manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] }).map((s) => s.id)).not.toContain(sbx.sandboxId);
-    await shot(page, "04-killed");
+    await shot(page, "05-killed");
 
     // Sign out: the old cookie, replayed in a fresh browser, opens nothing.
     const old = await context.cookies();
@@ -192,7 +202,7 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
       return Promise.all(calls.map(async ([method, url]) => (await fetch(url, { method, headers: { "content-type": "application/json" } })).status));
     }, sbx.sandboxId);
     expect(statuses).toEqual([401, 401, 401, 401, 401, 401, 401]);
-    await shot(a, "05-no-session");
+    await shot(a, "06-no-session");
     await anon.close();
 
     // Signed in, then lured to another site that posts to the dashboard: a form and a no-cors fetch.
@@ -211,12 +221,12 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
       await page.goto(`http://localhost:${port}/`);
       await page.waitForURL(target);
       expect(JSON.parse(await page.locator("body").innerText())).toMatchObject({ status: 401, error: "unauthenticated" });
-      await shot(page, "06-cross-site-refused");
+      await shot(page, "07-cross-site-refused");
       // Another port of the same host is the same site but another origin: the cookie goes, Origin/Sec-Fetch-Site refuse it.
       await page.goto(`http://127.0.0.1:${port}/`);
       await page.waitForURL(target);
       expect(JSON.parse(await page.locator("body").innerText())).toMatchObject({ status: 403, error: "cross_site" });
-      await shot(page, "07-cross-origin-refused");
+      await shot(page, "08-cross-origin-refused");
     } finally {
       evil.close();
     }

@@ -100,4 +100,9 @@ export const actions = {
   /** Resumes a paused sandbox (E2B's connect), which then ends `timeout` seconds from now. */
   resume: (id: string, timeout = 300) => call("POST", e2b(`/sandboxes/${id}/connect`), { timeout }),
   setTimeout: (id: string, timeout: number) => call("POST", e2b(`/sandboxes/${id}/timeout`), { timeout }),
+  /** A snapshot of the sandbox (memory too where the runtime can), as E2B's createSnapshot. */
+  snapshot: (id: string) => call<{ snapshotID: string }>("POST", e2b(`/sandboxes/${id}/snapshots`), {}),
+  /** A new sandbox from the sandbox as it is now, which ends `timeout` seconds from now. */
+  fork: (id: string, timeout = 300) =>
+    call<({ sandbox: { sandboxID: string } } | { error: { code: number; message: string } })[]>("POST", e2b(`/sandboxes/${id}/fork`), { timeout, count: 1 }),
 };

@@ -1,14 +1,18 @@
 import { useState } from "preact/hooks";
+import type { ComponentChildren } from "preact";
 import { actions, type SandboxInfo } from "./api";
+import { linkProps } from "./router";
 
 /** Pause / resume, kill and set timeout for one sandbox; `changed` reloads what shows it. */
 export function SandboxActions({ sandbox, changed, compact }: { sandbox: SandboxInfo; changed: () => void; compact?: boolean }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
   const [timeout, setTimeoutValue] = useState("300");
+  const [result, setResult] = useState<ComponentChildren>(null);
   const run = async (what: () => Promise<unknown>) => {
     setBusy(true);
     setError("");
+    setResult(null);
     try {
       await what();
     } catch (err) {
@@ -40,6 +44,49 @@ export function SandboxActions({ sandbox, changed, compact }: { sandbox: Sandbox
       >
         Kill
       </button>
+      {compact ? null : (
+        <>
+          <button
+            class="secondary"
+            disabled={busy || sandbox.state !== "running"}
+            data-action="snapshot"
+            onClick={() =>
+              run(async () => {
+                const snap = await actions.snapshot(id);
+                setResult(
+                  <>
+                    snapshot <code>{snap.snapshotID}</code>
+                  </>,
+                );
+              })
+            }
+          >
+            Snapshot
+          </button>
+          <button
+            class="secondary"
+            disabled={busy || sandbox.state !== "running"}
+            data-action="fork"
+            onClick={() =>
+              run(async () => {
+                const [first] = await actions.fork(id);
+                if (!first || "error" in first) throw new Error(first ? first.error.message : "the fork made no sandbox");
+                const child = first.sandbox.sandboxID;
+                setResult(
+                  <>
+                    forked:{" "}
+                    <a {...linkProps(`/dashboard/sandboxes/${child}`)} data-fork={child}>
+                      <code>{child}</code>
+                    </a>
+                  </>,
+                );
+              })
+            }
+          >
+            Fork
+          </button>
+        </>
+      )}
       <form
         class="timeout"
         onSubmit={(e) => {
@@ -53,6 +100,11 @@ export function SandboxActions({ sandbox, changed, compact }: { sandbox: Sandbox
         </button>
       </form>
       {error ? <small class="error">{error}</small> : null}
+      {result ? (
+        <small class="ok" data-testid="action-result">
+          {result}
+        </small>
+      ) : null}
     </div>
   );
 }
