@@ -77,6 +77,8 @@ export interface SandboxInfo {
   status: "running" | "paused" | "stopped";
   state: string;
   template: string;
+  /** The template as E2B names it. */
+  template_id: string;
   runtime: string;
   memory_mb: number;
   vcpu_count: number;

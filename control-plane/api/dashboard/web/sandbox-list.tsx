@@ -51,7 +51,7 @@ export function SandboxList() {
 
   const shown = useMemo(() => {
     const f = filter.trim().toLowerCase();
-    return (sandboxes ?? []).filter((s) => (!stateFilter || s.state === stateFilter) && (!f || s.sandbox_id.includes(f) || s.template.toLowerCase().includes(f) || s.runtime.includes(f)));
+    return (sandboxes ?? []).filter((s) => (!stateFilter || s.state === stateFilter) && (!f || s.sandbox_id.includes(f) || s.template_id.toLowerCase().includes(f) || s.runtime.includes(f)));
   }, [sandboxes, filter, stateFilter]);
 
   const now = Date.now();
@@ -99,7 +99,7 @@ export function SandboxList() {
                   <td>
                     <span class={`state ${s.state}`}>{s.state}</span>
                   </td>
-                  <td>{s.template}</td>
+                  <td>{s.template_id}</td>
                   <td>{s.runtime}</td>
                   <td>{duration(now - Date.parse(s.created_at))}</td>
                   <td>{s.state === "paused" ? "–" : duration(Date.parse(s.timeout_at) - now)}</td>

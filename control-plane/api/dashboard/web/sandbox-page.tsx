@@ -78,7 +78,7 @@ export function SandboxPage({ id }: { id: string }) {
       {error ? <p class="error">{error}</p> : null}
       {info ? (
         <p class="facts">
-          template <b>{info.template}</b> · runtime <b>{info.runtime}</b> · {info.vcpu_count} vCPU · {info.memory_mb} MiB · up {duration(Date.now() - Date.parse(info.created_at))}
+          template <b>{info.template_id}</b> · runtime <b>{info.runtime}</b> · {info.vcpu_count} vCPU · {info.memory_mb} MiB · up {duration(Date.now() - Date.parse(info.created_at))}
           {info.state === "paused" ? " · paused" : ` · ends in ${duration(Date.parse(info.timeout_at) - Date.now())}`}
         </p>
       ) : null}
