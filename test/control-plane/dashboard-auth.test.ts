@@ -106,6 +106,9 @@ describe("dashboard sessions and CSRF", () => {
     const list = await send(cp.url, "GET", "/dashboard/api/workspace/sandboxes", { cookie });
     expect(list.status).toBe(200);
     expect(JSON.parse(list.body)).toEqual({ sandboxes: [] });
+    // What the gateway forwards is data: no script of this origin may run from it, no sniffing.
+    expect(list.headers["content-security-policy"]).toBe("default-src 'none'; frame-ancestors 'none'; sandbox");
+    expect(list.headers["x-content-type-options"]).toBe("nosniff");
     expect((await send(cp.url, "GET", "/dashboard/api/e2b/v2/sandboxes", { cookie })).status).toBe(200);
     // The gateway's calls are audited as the key, like any other client's.
     const audit = await send(cp.url, "GET", "/dashboard/api/workspace/audit?limit=1000", { cookie });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -73,7 +73,7 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     page.waitForFunction((src) => new RegExp(src, "m").test((globalThis as unknown as Win).document.querySelector(".xterm-rows")?.innerText ?? ""), re.source, { timeout: 20_000 });
 
   it("signs in, shows an SDK sandbox live, runs a command in its terminal, follows resizes and reloads, kills it, signs out", async () => {
-    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
     const page = await context.newPage();
     await page.goto(`${cp.url}/dashboard/`);
     await page.locator("input[name=api_key]").waitFor();
@@ -134,9 +134,21 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     const before = await points();
     await page.waitForFunction((n) => Number((globalThis as unknown as Win).document.querySelector("[data-chart=CPU]")?.getAttribute("data-points")) > n, before, { timeout: 15_000 });
     await page.locator('[data-event-type="exec.started"]').first().waitFor({ timeout: 15_000 });
+
+    // Files: upload one from the browser, download one the SDK wrote; the audit panel shows the upload.
+    await sbx.files.write("/home/user/from-sdk.txt", "written by the sdk\n");
+    await page.locator("[data-testid=upload]").setInputFiles({ name: "from-browser.txt", mimeType: "text/plain", buffer: Buffer.from("uploaded from the dashboard\n") });
+    await page.locator('tr[data-file="from-browser.txt"]').waitFor({ timeout: 15_000 });
+    expect(await sbx.files.read("/home/user/from-browser.txt")).toBe("uploaded from the dashboard\n");
+    const [download] = await Promise.all([page.waitForEvent("download"), page.locator('tr[data-file="from-sdk.txt"] a').click()]);
+    expect(download.suggestedFilename()).toBe("from-sdk.txt");
+    expect(readFileSync((await download.path())!, "utf8")).toBe("written by the sdk\n");
+    await page.locator("[data-testid=audit] button").click();
+    await page.locator('[data-audit-action="POST /sandboxes/:id/files/upload"]').first().waitFor({ timeout: 10_000 });
     await shot(page, "03-sandbox");
 
     // A reload re-attaches to the same shell: its screen comes back from the session's buffer.
+    await page.locator(".xterm").click();
     await page.keyboard.type("export MARK=dashboard-$((1+1)); echo marked-$((3+4))");
     await page.keyboard.press("Enter");
     await waitForScreen(page, /^marked-7\s*$/);

@@ -11,6 +11,15 @@ export interface GatewayTargets {
   workspace: (req: IncomingMessage, res: ServerResponse) => unknown;
 }
 
+/** Added to every answer the gateway forwards (the handler's own headers come on top). */
+const API_RESPONSE_HEADERS: Record<string, string> = {
+  "content-security-policy": "default-src 'none'; frame-ancestors 'none'; sandbox",
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  "referrer-policy": "no-referrer",
+  "cross-origin-resource-policy": "same-origin",
+};
+
 /** Headers a browser may send that must not reach the APIs: other credentials, routing to a sandbox's envd. */
 const DROPPED = ["cookie", "authorization", "x-api-key", "e2b-sandbox-id", "e2b-sandbox-port", "x-access-token"];
 
@@ -25,6 +34,9 @@ export function forward(targets: GatewayTargets, req: IncomingMessage, res: Serv
   if (!m) return false;
   const rest = m[2] ?? "/";
   for (const h of DROPPED) delete req.headers[h];
+  // What the APIs answer is data, never a page of this origin: a downloaded file a browser would
+  // otherwise sniff as HTML cannot run script here.
+  for (const [name, value] of Object.entries(API_RESPONSE_HEADERS)) res.setHeader(name, value);
   req.headers["x-api-key"] = key;
   if (m[1] === "e2b") {
     req.url = `${rest}${search}`;

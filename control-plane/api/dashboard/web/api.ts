@@ -48,6 +48,17 @@ export async function call<T = unknown>(method: string, url: string, body?: unkn
   return data as T;
 }
 
+/** Uploads raw bytes (a file the user picked) with the CSRF token. */
+export async function upload<T = unknown>(url: string, body: Blob): Promise<T> {
+  const res = await fetch(url, { method: "POST", headers: { "x-csrf-token": csrfToken, "content-type": "application/octet-stream" }, credentials: "same-origin", body });
+  const data = (await res.json().catch(() => undefined)) as (T & { message?: string }) | undefined;
+  if (!res.ok) {
+    if (res.status === 401) signedOut();
+    throw new ApiError(res.status, data?.message ?? `${res.status} ${res.statusText}`);
+  }
+  return data as T;
+}
+
 /** The current session, or undefined when not signed in. */
 export async function currentSession(): Promise<SessionInfo | undefined> {
   try {
@@ -93,6 +104,7 @@ export interface Sample {
   memory_used_bytes: number;
   memory_total_bytes: number;
   disk_used_bytes: number;
+  disk_total_bytes: number;
 }
 
 /** The actions on a sandbox, through E2B's REST API. */

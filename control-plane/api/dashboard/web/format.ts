@@ -15,3 +15,9 @@ export function mib(bytes: number): string {
 export function pct(v: number): string {
   return `${v.toFixed(v < 10 ? 1 : 0)}%`;
 }
+
+export function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return mib(n);
+}

@@ -6,6 +6,8 @@ export interface Series {
   cpu: number[];
   memMiB: number[];
   memTotalMiB: number;
+  /** Disk in use, MiB (the page's charts only). */
+  diskMiB?: number[];
 }
 
 const KEEP = 60;
@@ -60,7 +62,9 @@ export class SparkMetrics {
 
 /** The charts of one sandbox's page: the last `minutes` from the history, then what came since, every interval. */
 export async function loadSeries(id: string, s: Series | undefined, minutes: number): Promise<{ series: Series; interval: number }> {
-  const series: Series = s ? { times: [...s.times], cpu: [...s.cpu], memMiB: [...s.memMiB], memTotalMiB: s.memTotalMiB } : { times: [], cpu: [], memMiB: [], memTotalMiB: 0 };
+  const series: Series = s
+    ? { times: [...s.times], cpu: [...s.cpu], memMiB: [...s.memMiB], memTotalMiB: s.memTotalMiB, diskMiB: [...(s.diskMiB ?? [])] }
+    : { times: [], cpu: [], memMiB: [], memTotalMiB: 0, diskMiB: [] };
   const last = series.times.at(-1);
   const start = last !== undefined ? last + 0.001 : Date.now() / 1000 - minutes * 60;
   const r = await call<{ samples: Sample[]; interval_seconds: number }>("GET", ws(`/sandboxes/${id}/metrics?start=${start.toFixed(3)}`));
@@ -70,6 +74,7 @@ export async function loadSeries(id: string, s: Series | undefined, minutes: num
     series.times.push(t);
     series.cpu.push(x.cpu_percent);
     series.memMiB.push(x.memory_used_bytes / 1024 / 1024);
+    series.diskMiB!.push(x.disk_used_bytes / 1024 / 1024);
     series.memTotalMiB = x.memory_total_bytes / 1024 / 1024;
   }
   const cut = Date.now() / 1000 - minutes * 60;
@@ -77,6 +82,7 @@ export async function loadSeries(id: string, s: Series | undefined, minutes: num
     series.times.shift();
     series.cpu.shift();
     series.memMiB.shift();
+    series.diskMiB!.shift();
   }
   return { series, interval: r.interval_seconds };
 }

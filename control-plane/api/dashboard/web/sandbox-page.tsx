@@ -1,7 +1,9 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, call, ws, type SandboxInfo } from "./api";
 import { duration } from "./format";
+import { AuditLog } from "./audit-log";
 import { EventLog } from "./event-log";
+import { FileBrowser } from "./file-browser";
 import { loadSeries, type Series } from "./metrics";
 import { linkProps } from "./router";
 import { SandboxActions } from "./sandbox-actions";
@@ -85,9 +87,14 @@ export function SandboxPage({ id }: { id: string }) {
       <div class="grid charts">
         <TimeChart title="CPU" unit="%" times={series?.times ?? []} values={series?.cpu ?? []} max={100} />
         <TimeChart title="Memory" unit="MiB" times={series?.times ?? []} values={series?.memMiB ?? []} />
+        <TimeChart title="Disk" unit="MiB" times={series?.times ?? []} values={series?.diskMiB ?? []} />
       </div>
       {info?.state === "running" ? <TerminalView sandboxId={id} /> : <article class="muted">The terminal opens when the sandbox runs.</article>}
-      <EventLog sandboxId={id} />
+      <div class="grid">
+        <EventLog sandboxId={id} />
+        {info ? <AuditLog sandboxId={id} since={info.created_at} /> : null}
+      </div>
+      {info?.state === "running" ? <FileBrowser sandboxId={id} /> : null}
     </section>
   );
 }
