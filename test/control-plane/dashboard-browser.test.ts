@@ -191,7 +191,7 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     expect(await p2.evaluate(async () => (await fetch("/dashboard/api/workspace/sandboxes")).status)).toBe(401);
     await replay.close();
     await context.close();
-  });
+  }, 180_000);
 
   it("shows nothing without a session, and refuses cross-site requests from another site's page", async () => {
     const sbx = await Sandbox.create("base", { metadata: { suite: "dashboard" }, timeoutMs: 600_000 });
@@ -245,5 +245,5 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     }
     expect(cp.manager.get(sbx.sandboxId).state).toBe("running");
     await context.close();
-  });
+  }, 120_000);
 });
