@@ -1,6 +1,9 @@
 import { request } from "node:http";
+import { connect, type ClientHttp2Session } from "node:http2";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { makeTestCa, type TestCa } from "../helpers/test-ca.js";
 
 // The dashboard's doors, over plain HTTP against a real server (no sandbox needed): nothing but the page's
 // static files and the sign-in answer without a session cookie; the cookie's attributes; a cookie is worthless
@@ -166,5 +169,57 @@ describe("dashboard sessions and CSRF", () => {
     await cp.store.revokeApiKey(extra.info.id);
     expect((await send(cp.url, "GET", "/dashboard/api/workspace/sandboxes", { cookie: cookie2 })).status).toBe(401);
     expect((await send(cp.url, "GET", "/dashboard/session", { cookie: cookie2 })).status).toBe(401);
+  });
+});
+
+// Over TLS a browser speaks HTTP/2 (ALPN h2): the cookie is Secure, and the origin check reads :authority.
+describe("dashboard over TLS and HTTP/2", () => {
+  let cp: TestControlPlane;
+  let ca: TestCa;
+  let h2: ClientHttp2Session;
+
+  beforeAll(async () => {
+    ca = makeTestCa();
+    const cert = join(ca.dir, "server.crt");
+    const key = join(ca.dir, "server.key");
+    ca.issue(["localhost", "IP:127.0.0.1"], 1, cert, key);
+    cp = await startTestControlPlane({ warmPool: 0, tls: [{ cert, key }] });
+    h2 = connect(cp.url, { ca: ca.cert });
+  });
+  afterAll(async () => {
+    h2?.close();
+    await cp?.close();
+    ca?.remove();
+  });
+
+  const send2 = (method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Answer> =>
+    new Promise((resolve, reject) => {
+      const req = h2.request({ ":method": method, ":path": path, ...headers });
+      const chunks: Buffer[] = [];
+      let head: Record<string, string | string[] | undefined> = {};
+      req.on("response", (h) => (head = h as Record<string, string | string[] | undefined>));
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => resolve({ status: Number(head[":status"]), headers: head, body: Buffer.concat(chunks).toString() }));
+      req.on("error", reject);
+      req.end(body);
+    });
+
+  it("sets a Secure cookie and checks the origin against :authority", async () => {
+    expect(cp.url).toMatch(/^https:/);
+    const origin = cp.url;
+    const ok = await send2("POST", "/dashboard/session", { "content-type": "application/json", origin, "sec-fetch-site": "same-origin" }, JSON.stringify({ api_key: cp.apiKey }));
+    expect(ok.status).toBe(200);
+    expect(String(ok.headers["set-cookie"])).toMatch(/; HttpOnly; SameSite=Strict; Secure$/);
+    const cookie = String(ok.headers["set-cookie"]).split(";")[0]!;
+    const { csrf_token } = JSON.parse(ok.body) as { csrf_token: string };
+    const json = { "content-type": "application/json", cookie, "x-csrf-token": csrf_token };
+    const path = "/dashboard/api/e2b/sandboxes/nosuchsandbox/timeout";
+    const body = JSON.stringify({ timeout: 60 });
+    expect((await send2("POST", path, { ...json, origin, "sec-fetch-site": "same-origin" }, body)).status).toBe(404);
+    expect((await send2("POST", path, { ...json, origin: "https://evil.example" }, body)).status).toBe(403);
+    expect((await send2("GET", "/dashboard/api/workspace/sandboxes", { cookie })).status).toBe(200);
+    const page = await send2("GET", "/dashboard/");
+    expect(page.status).toBe(200);
+    expect(page.body).toContain('<div id="app">');
   });
 });
