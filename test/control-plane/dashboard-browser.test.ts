@@ -170,8 +170,20 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     expect(cp.manager.get(fork!).state).toBe("running");
     await shot(page, "04-snapshot-fork");
 
-    // Kill it from the list: the row goes, and so does the sandbox.
+    // Pause, resume and set the timeout of the fork from the list.
     await page.locator("a.back").click();
+    const forkRow = page.locator(`tr[data-sandbox-id="${fork}"]`);
+    await forkRow.locator("button[data-action=pause]").click();
+    await page.locator(`tr[data-sandbox-id="${fork}"][data-state="paused"]`).waitFor({ timeout: 20_000 });
+    expect(cp.manager.get(fork!).state).toBe("paused");
+    await forkRow.locator("button[data-action=resume]").click();
+    await page.locator(`tr[data-sandbox-id="${fork}"][data-state="running"]`).waitFor({ timeout: 20_000 });
+    await forkRow.locator("input[type=number]").fill("120");
+    await forkRow.locator("button[data-action=timeout]").click();
+    await expect.poll(() => Math.round((cp.manager.get(fork!).endAt - Date.now()) / 1000), { timeout: 10_000 }).toBeLessThanOrEqual(120);
+    expect(cp.manager.get(fork!).endAt - Date.now()).toBeGreaterThan(100_000);
+
+    // Kill it from the list: the row goes, and so does the sandbox.
     page.once("dialog", (d) => void d.accept());
     await page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"] button[data-action=kill]`).click();
     await page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"]`).waitFor({ state: "detached", timeout: 15_000 });
