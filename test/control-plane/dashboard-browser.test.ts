@@ -75,6 +75,13 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
   it("signs in, shows an SDK sandbox live, runs a command in its terminal, follows resizes and reloads, kills it, signs out", async () => {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
     const page = await context.newPage();
+    // Script errors and Content-Security-Policy refusals (the page must run under its own CSP); a 401 the
+    // page expects (GET /dashboard/session before sign-in) is logged by Chromium as a failed load: not counted.
+    const problems: string[] = [];
+    page.on("pageerror", (err) => problems.push(`pageerror: ${err.message}`));
+    page.on("console", (m) => {
+      if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console: ${m.text()}`);
+    });
     await page.goto(`${cp.url}/dashboard/`);
     await page.locator("input[name=api_key]").waitFor();
     await shot(page, "01-sign-in");
@@ -189,6 +196,8 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
     await page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"]`).waitFor({ state: "detached", timeout: 15_000 });
     expect(cp.manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] }).map((s) => s.id)).not.toContain(sbx.sandboxId);
     await shot(page, "05-killed");
+
+    expect(problems).toEqual([]);
 
     // Sign out: the old cookie, replayed in a fresh browser, opens nothing.
     const old = await context.cookies();
