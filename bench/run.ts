@@ -1,4 +1,5 @@
 import { benchControlPlane } from "./sandboxes/index.js";
+import { benchDashboard } from "./dashboard.js";
 import { benchE2bEnvd } from "./e2b-envd.js";
 import { benchExec } from "./exec.js";
 import { benchFleet } from "./fleet.js";
@@ -34,6 +35,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   tls: benchTls,
   fleet: benchFleet,
   volumes: benchVolumes,
+  dashboard: benchDashboard,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -56,6 +58,10 @@ sandboxes (the control plane, process runtime):
 ports (a server in a sandbox through getHost(port) vs directly, process runtime):
   LOCALE2B_BENCH_PORT_BYTES=256M bytes per GET (repeated LOCALE2B_BENCH_REPS times)
   LOCALE2B_BENCH_PORT_N=500      small GETs and echo round trips per path
+dashboard (the web dashboard in headless Chromium: Debian's chromium or LOCALE2B_CHROMIUM; process runtime):
+  LOCALE2B_BENCH_DASHBOARD_SANDBOXES=100  running sandboxes the pages list
+  LOCALE2B_BENCH_DASHBOARDS=5    pages watching them while the server's CPU is measured
+  LOCALE2B_BENCH_DASHBOARD_SECONDS=30  length of each CPU window
 workspace (the workspace API, process runtime):
   LOCALE2B_BENCH_WORKSPACE_PARTS only these parts, e.g. "1,3" (1 exec, 2 session echo, 3 event stream)
   LOCALE2B_BENCH_WS_SANDBOXES=100 sandboxes running commands at once (part 3)

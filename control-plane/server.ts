@@ -17,6 +17,7 @@ import type { ApiDeps } from "./api/deps.js";
 import { createEnvdProxy } from "./api/proxy/proxy.js";
 import { createRestApi } from "./api/rest/router.js";
 import { createWorkspaceApi, WORKSPACE_PREFIX } from "./api/workspace/router.js";
+import { createDashboard, DASHBOARD_PREFIX } from "./api/dashboard/router.js";
 import type { WorkspaceSettings } from "./api/workspace/deps.js";
 import { DEFAULT_ACTIVITY, startActivity, type Activity, type ActivitySettings } from "./activity.js";
 import { applyGuestIdentity } from "./runtimes/guest-identity.js";
@@ -95,6 +96,8 @@ export interface ControlPlaneOptions {
   activity?: Partial<ActivitySettings>;
   /** The workspace API's defaults and limits (defaults: DEFAULT_WORKSPACE). */
   workspace?: Partial<WorkspaceSettings>;
+  /** The built dashboard page (default: dist/dashboard; docs/dashboard.md). */
+  dashboardAssetsDir?: string;
   log?: Logger;
 }
 
@@ -108,6 +111,8 @@ export interface RunningControlPlane {
   url: string;
   /** The workspace API's base URL (LOCALE2B_BASE_URL): url + /workspace. */
   workspaceUrl: string;
+  /** The web dashboard: url + /dashboard/ (docs/dashboard.md). */
+  dashboardUrl: string;
   port: number;
   /** Set when this start created the first API key: it is shown once. */
   createdApiKey?: string;
@@ -276,6 +281,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     volumes,
   };
 
+  const fleet = opts.fleet;
   const proxy = createEnvdProxy(deps);
   const rest = createRestApi(deps);
   const workspace = createWorkspaceApi({
@@ -288,6 +294,17 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     version: process.env.npm_package_version ?? "0.1.0",
     log,
   });
+  // The web dashboard: its page, cookie sessions, and a gateway to the E2B REST and workspace APIs (not on a fleet node: clients never reach one).
+  const dashboard = fleet
+    ? undefined
+    : createDashboard({
+        store,
+        audit: activity.audit,
+        rest,
+        workspace: (req, res) => workspace.handle(req, res),
+        log,
+        ...(opts.dashboardAssetsDir ? { assetsDir: opts.dashboardAssetsDir } : {}),
+      });
   const rpc = connectAdapter({
     jsonOptions: { ignoreUnknownFields: true },
     routes(router) {
@@ -298,7 +315,6 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     fallback: (req, res) => void rest(req as IncomingMessage, res as ServerResponse),
   });
 
-  const fleet = opts.fleet;
   const handle = (req: IncomingMessage, res: ServerResponse) => {
     if (fleet && !takeNodeToken(req, fleet.token) && req.url !== "/health") {
       res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ code: 401, message: NODE_ONLY_MESSAGE }));
@@ -306,6 +322,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     }
     if (fleet && req.method === "GET" && req.url?.startsWith(IMAGE_ROUTE)) return serveImage(images, req, res, log);
     if (proxy.matches(req)) return proxy.handle(req, res);
+    // Before CORS: the dashboard answers its own page only, never another site's scripts.
+    if (dashboard?.matches(req)) return dashboard.handle(req, res);
     if (applyCors(req, res)) return;
     if (workspace.matches(req)) return workspace.handle(req, res);
     if (req.url === "/health") {
@@ -373,6 +391,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   return {
     url,
     workspaceUrl: `${url}${WORKSPACE_PREFIX}`,
+    dashboardUrl: `${url}${DASHBOARD_PREFIX}/`,
     port,
     createdApiKey,
     manager,
@@ -391,6 +410,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       front?.close();
       server.close();
       await closed;
+      dashboard?.close();
       await activity.close();
       await templates.close();
       await manager.close();

@@ -68,7 +68,10 @@ function fail(what) {
 if (process.env.LOCALE2B_TEST_NO_CHECKS === "1") {
   process.stdout.write("LOCALE2B_TEST_NO_CHECKS=1: skipping the gen/ staleness check and the type check\n");
 } else {
-  const steps = [["type check", bin("tsc"), ["-p", "tsconfig.json", "--noEmit"]]];
+  const steps = [
+    ["type check", bin("tsc"), ["-p", "tsconfig.json", "--noEmit"]],
+    ["type check of the dashboard's browser code", bin("tsc"), ["-p", "control-plane/api/dashboard/web/tsconfig.json"]],
+  ];
   // generate.mjs runs protoc-gen-go through `go run`: without Go it cannot check.
   if (spawnSync("go", ["version"], { stdio: "ignore" }).status === 0) {
     steps.unshift(["generated code is up to date", process.execPath, [join(root, "scripts", "generate.mjs"), "--check"]]);
@@ -86,10 +89,12 @@ if (process.env.LOCALE2B_TEST_NO_CHECKS === "1") {
   }
 }
 
-// The runtimes start envd from dist/: build it so tests never run stale code.
+// The runtimes start envd from dist/, the server serves the dashboard from dist/dashboard: build both so tests never run stale code.
 {
   const r = run("build (dist/, used by the runtimes to start envd)", bin("tsc"), ["-p", "tsconfig.build.json"]);
   if (!r.ok) fail(`build (exit ${r.code})`);
+  const d = run("build of the dashboard's page (dist/dashboard)", process.execPath, [join(root, "scripts", "build-dashboard.mjs")]);
+  if (!d.ok) fail(`dashboard build (exit ${d.code})`);
 }
 
 // 2b: guest images for the microVM and gVisor suites (test/vm, test/rootfs,

@@ -2,7 +2,7 @@ import type { ActivityDb } from "../store/activity-db.js";
 import type { Redactor } from "./redact.js";
 
 /** Which surface an operation came through. */
-export type AuditApi = "e2b" | "connect" | "workspace" | "envd" | "system";
+export type AuditApi = "e2b" | "connect" | "workspace" | "envd" | "system" | "dashboard";
 
 export interface AuditEntry {
   id: number;

@@ -6,6 +6,7 @@ import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../c
 import { createRuntime, DEFAULT_RUNTIME, findRuntime, RUNTIMES, runtimeNamed, runtimeNames } from "../runtimes/registry.js";
 import type { ActivitySettings } from "../activity.js";
 import type { WorkspaceSettings } from "../api/workspace/deps.js";
+import { DASHBOARD_PREFIX } from "../api/dashboard/router.js";
 import { WORKSPACE_PREFIX } from "../api/workspace/router.js";
 import { CliError, intOption, parse, UsageError } from "./args.js";
 import { defaultAdmissionLimits } from "../manager/admission.js";
@@ -307,6 +308,7 @@ export function startBanner(opts: ServeOptions, cp: Pick<RunningControlPlane, "p
       `Use the key printed when this data dir was first served, or make one with 'locale2b keys create --data-dir ${opts.dataDir}'.`,
     );
   }
+  lines.push("", `Open the dashboard and sign in with that API key: ${url}${DASHBOARD_PREFIX}/`);
   if (opts.host === "0.0.0.0" || opts.host === "::") {
     lines.push(`Listening on every interface: from other machines use this host's address instead of ${url}.`);
   }

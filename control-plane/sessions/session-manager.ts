@@ -384,6 +384,24 @@ export class SessionManager {
       });
   }
 
+  /** Resizes the session's PTY (a terminal window changed size); kept for a re-attachment's record. */
+  async resize(s: Session, target: EnvdTarget, cols: number, rows: number): Promise<void> {
+    if (!s.rec.running || s.rec.pid === undefined) {
+      throw new ControlPlaneError("conflict", `session '${s.id}' has ended (exit code ${s.rec.exit_code}): start a new one`);
+    }
+    await this.o.rpc
+      .client(Process, target)
+      .update({ process: { selector: { case: "pid", value: s.rec.pid } }, pty: { size: { cols, rows } } })
+      .catch((err: unknown) => {
+        const ce = ConnectError.from(err);
+        if (ce.code === Code.NotFound) throw new ControlPlaneError("conflict", `session '${s.id}' has ended: start a new one`);
+        throw new ControlPlaneError("internal", `resizing session '${s.id}' failed: ${ce.rawMessage}`);
+      });
+    s.rec.cols = cols;
+    s.rec.rows = rows;
+    this.persist(s);
+  }
+
   /** Kills the session's process tree; resolves once its end was seen (or after `waitMs`). */
   async kill(s: Session, target: EnvdTarget, waitMs = 5_000): Promise<void> {
     if (!s.rec.running || s.rec.pid === undefined) return;

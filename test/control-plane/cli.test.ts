@@ -93,6 +93,7 @@ describe("serve", () => {
       expect(first.banner.match(new RegExp(KEY_RE.source, "g"))).toEqual([key, key]);
       expect(first.banner).toContain(`LOCALE2B_BASE_URL=${first.url}/workspace`);
       expect(first.banner).toContain(`LOCALE2B_API_KEY=${key}`);
+      expect(first.banner).toContain(`Open the dashboard and sign in with that API key: ${first.url}/dashboard/`);
       const wsHealth = await fetch(`${first.url}/workspace/health`);
       expect(await wsHealth.json()).toMatchObject({ status: "ok", runtime: "process" });
       expect(first.banner).toMatch(/shown once/);

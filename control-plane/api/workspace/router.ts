@@ -12,7 +12,7 @@ import { downloadFile, listFiles, readFile, uploadFile, writeFile } from "./file
 import { health } from "./health.js";
 import { sandboxMetrics } from "./metrics.js";
 import { createSandbox, deleteSandbox, getSandbox, listSandboxes, pauseSandbox, resumeSandbox } from "./sandboxes.js";
-import { killSession, listSessions, sessionInput, sessionOutput, sessionStatus, startSession, streamSession } from "./sessions.js";
+import { killSession, listSessions, sessionInput, sessionResize, sessionOutput, sessionStatus, startSession, streamSession } from "./sessions.js";
 
 /** Where the workspace API lives on the server's port: LOCALE2B_BASE_URL is the server's URL plus this. */
 export const WORKSPACE_PREFIX = "/workspace";
@@ -30,6 +30,7 @@ const ROUTES: Route<WsHandler>[] = [
   { method: "POST", path: "/sandboxes/:id/exec/start", handler: startSession },
   { method: "GET", path: "/sandboxes/:id/exec/:session/output", handler: sessionOutput },
   { method: "POST", path: "/sandboxes/:id/exec/:session/input", handler: sessionInput },
+  { method: "POST", path: "/sandboxes/:id/exec/:session/resize", handler: sessionResize },
   { method: "GET", path: "/sandboxes/:id/exec/:session/status", handler: sessionStatus },
   { method: "GET", path: "/sandboxes/:id/exec/:session/stream", handler: streamSession },
   { method: "DELETE", path: "/sandboxes/:id/exec/:session", handler: killSession },

@@ -26,5 +26,9 @@ export function sandboxInfo(rec: SandboxRecord): Record<string, unknown> {
     workspace_dir: WORKSPACE_DIR,
     /** When the sandbox pauses (workspace sandboxes) or ends (others) unless used again. */
     timeout_at: new Date(rec.endAt).toISOString(),
+    /** Beyond the contract: the template as E2B names it (`base` where `template` says `default`), the runtime it runs on, and its exact state (creating, running, pausing, paused, resuming). */
+    template_id: rec.templateId,
+    runtime: rec.runtime,
+    state: rec.state,
   };
 }

@@ -106,6 +106,20 @@ export async function sessionInput(ctx: WsContext): Promise<void> {
   sendJson(ctx.res, 200, { session_id: s.id, bytes: data.length });
 }
 
+/** POST /sandboxes/{id}/exec/{session}/resize {cols, rows}: the session's PTY takes that size (a terminal window resized). */
+export async function sessionResize(ctx: WsContext): Promise<void> {
+  const f = new Fields(await readJsonObject(ctx.req));
+  const cols = f.int("cols", 1, 1000);
+  const rows = f.int("rows", 1, 1000);
+  if (cols === undefined || rows === undefined) throw new WsError(400, "invalid_request", "fields 'cols' and 'rows' are required: the terminal's size in characters (1-1000)");
+  const s = session(ctx);
+  const { target } = await ctx.deps.workspaces.target(ctx.params.id!);
+  await ctx.deps.sessions.resize(s, target, cols, rows);
+  ctx.audit.details!.cols = cols;
+  ctx.audit.details!.rows = rows;
+  sendJson(ctx.res, 200, { session_id: s.id, cols, rows });
+}
+
 /** GET /sandboxes/{id}/exec/{session}/status: {running, exit_code, ...}. */
 export async function sessionStatus(ctx: WsContext): Promise<void> {
   sendJson(ctx.res, 200, status(session(ctx)));
