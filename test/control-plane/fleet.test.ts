@@ -295,7 +295,11 @@ EOF`,
     expect(ran.json).toMatchObject({ stdout: "kept\n42\n", exit_code: 0 });
     const listed = (await ws(api2, "GET", "/sandboxes")).json.sandboxes as { sandbox_id: string }[];
     expect(listed.map((x) => x.sandbox_id)).toEqual(expect.arrayContaining([id, other.json.sandbox_id]));
-    const events = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as { event_type: string }[];
+    // A sandbox's activity reaches its node's event log a moment after the exec answers: read until it is there.
+    const events = await until("the exec in the sandbox's events", async () => {
+      const got = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as { event_type: string }[];
+      return got.some((e) => e.event_type === "exec.started") ? got : undefined;
+    });
     expect(events.map((e) => e.event_type)).toEqual(expect.arrayContaining(["sandbox.created", "exec.started"]));
     expect((await ws(api1, "GET", "/events")).status).toBe(400);
     // The event stream of the whole fleet: both nodes' exec events on one stream.
@@ -319,8 +323,12 @@ EOF`,
     expect(text).toContain(id);
     expect(text).toContain(other.json.sandbox_id as string);
     expect(text).not.toMatch(/^id:/m);
-    const audit = (await ws(api1, "GET", "/audit")).json as string;
-    for (const sid of [id, other.json.sandbox_id as string]) expect(audit).toContain(sid); // both nodes' logs
+    // Both nodes' audit logs in one export (entries are written in batches: read until both are there).
+    const audit = await until("both nodes' audit entries", async () => {
+      const text = (await ws(api1, "GET", "/audit")).json as string;
+      return text.includes(id) && text.includes(other.json.sandbox_id as string) ? text : undefined;
+    });
+    for (const sid of [id, other.json.sandbox_id as string]) expect(audit).toContain(sid);
     for (const sid of [id, other.json.sandbox_id as string]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
     expect((await ws(api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
   }, 300_000);
