@@ -161,11 +161,8 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   const call = (n: NodeRecord, req: IncomingMessage, path: string, body?: Buffer): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> =>
     new Promise((resolve, reject) => {
       const headers: http.OutgoingHttpHeaders = {
-        [NODE_TOKEN_HEADER]: o.nodeToken,
-        host: req.headers.host ?? "localhost",
+        ...nodeHeaders(req),
         "x-forwarded-host": req.headers.host ?? "",
-        ...(req.headers["x-api-key"] ? { "x-api-key": req.headers["x-api-key"] } : {}),
-        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
         ...(req.headers["user-agent"] ? { "user-agent": req.headers["user-agent"] } : {}),
         ...(body ? { "content-type": "application/json", "content-length": body.length } : {}),
       };
