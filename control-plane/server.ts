@@ -42,7 +42,9 @@ import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 import { setting } from "./settings.js";
 import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
-import { inCluster, KubernetesCordonFollower } from "./fleet/kubernetes-cordon.js";
+import { inCluster } from "./fleet/kubernetes-client.js";
+import { KubernetesCordonFollower } from "./fleet/kubernetes-cordon.js";
+import { NodeLease } from "./fleet/kubernetes-lease.js";
 import { InfrastructureGuard, parseDenyList } from "./fleet/infrastructure.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
@@ -377,6 +379,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   const k8s = fleet ? cluster : undefined;
   const cordon = k8s ? new KubernetesCordonFollower({ store, name: nodeName!, cluster: k8s, log }) : undefined;
   await cordon?.start();
+  // ... and its liveness is a Lease the API replicas read (not only the store's heartbeat).
+  const lease = k8s ? new NodeLease({ cluster: k8s, node: nodeName!, holder: process.env.POD_NAME || hostname(), log }) : undefined;
+  await lease?.start();
   log.info(
     {
       url,
@@ -404,6 +409,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
       await cordon?.stop();
+      await lease?.stop();
       guard?.stop();
       await heartbeat?.stop();
       const closed = listener.close();

@@ -5,6 +5,8 @@ import { createLogger } from "../../envd/log.js";
 import { DEFAULT_PORT } from "../config.js";
 import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { startFleetApi } from "../fleet/api-server.js";
+import { inCluster } from "../fleet/kubernetes-client.js";
+import { KubernetesNodes } from "../fleet/kubernetes-nodes.js";
 import { PgStore } from "../store/pg-store.js";
 import { setting } from "../settings.js";
 import { CliError, intOption, parse, table, UsageError } from "./args.js";
@@ -100,10 +102,15 @@ export async function runApiCommand(args: string[]): Promise<number> {
   let createdKey: string | undefined;
   if (apiKey) await store.importApiKey(apiKey, "LOCALE2B_API_KEY");
   else if ((await store.listApiKeys()).length === 0) createdKey = (await store.createApiKey("default")).key;
+  // In a pod with a service account: nodes are judged by their Leases and Node objects (kubernetes-nodes.ts).
+  const cluster = inCluster();
+  const kubernetes = cluster ? new KubernetesNodes({ cluster, log }) : undefined;
+  await kubernetes?.start();
   let api;
   try {
-    api = await startFleetApi({ host, port, store, nodeToken: token, ...(values.domain ? { domain: values.domain } : {}), log });
+    api = await startFleetApi({ host, port, store, nodeToken: token, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
   } catch (err) {
+    await kubernetes?.stop();
     await store.close();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") throw new CliError(`port ${port} on ${host} is in use: pick another with --port`);
     throw err;
@@ -125,6 +132,7 @@ export async function runApiCommand(args: string[]): Promise<number> {
     if (stopping) resolve();
   });
   await api.close();
+  await kubernetes?.stop();
   await store.close();
   return 0;
 }

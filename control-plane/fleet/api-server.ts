@@ -24,6 +24,7 @@ import { DEFAULT_TAG } from "../templates/names.js";
 import { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
 import { dropHeader, NODE_TOKEN_HEADER } from "./node-agent.js";
+import type { KubernetesNodes } from "./kubernetes-nodes.js";
 import { PendingPlacements, place, type PlacementAsk } from "./placement.js";
 import { WORKSPACE_METADATA } from "../workspace/metadata.js";
 import { registerFleetConnect, type FleetView } from "./connect-api.js";
@@ -41,6 +42,8 @@ export interface FleetApiOptions {
   nodeToken: string;
   /** `<port>-<id>.<domain>` hosts (the nodes' --domain must be the same). */
   domain?: string;
+  /** In a Kubernetes pod: nodes' liveness from their Leases, creates only on Ready, uncordoned Nodes. */
+  kubernetes?: KubernetesNodes;
   log: Logger;
 }
 
@@ -117,9 +120,11 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB } };
     });
   };
+  /** The records as this replica judges them (Kubernetes' Leases and Nodes when it runs in a cluster). */
+  const judged = (records: NodeRecord[]): NodeRecord[] => (o.kubernetes ? o.kubernetes.view(records) : records);
   const readNodes = async (fresh = false): Promise<NodeRecord[]> => {
     if (fresh || Date.now() - nodesAt > NODES_TTL_MS) {
-      nodes = await store.listNodes();
+      nodes = judged(await store.listNodes());
       nodesAt = Date.now();
     }
     return nodes;
@@ -140,12 +145,13 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       nodeOfSandbox.set(sandboxId, name);
     }
     const all = await readNodes();
-    return { node: all.find((n) => n.name === name) ?? (await store.getNode(name)), name };
+    const known = all.find((n) => n.name === name) ?? (await store.getNode(name));
+    return { node: known && judged([known])[0], name };
   };
   /** Templates and snapshots: their records are shared; builds run on, and template files go to, one node (the first ready one by name). */
   const templateNode = async (): Promise<NodeRecord | undefined> => (await readNodes()).filter((n) => live(n) && n.state === "ready")[0];
   const lostMessage = (sandboxId: string, name: string, n: NodeRecord | undefined) =>
-    `sandbox ${sandboxId} was lost with node '${name}': ${n ? `no heartbeat for ${Math.round((Date.now() - n.heartbeatAt) / 1000)} s` : "the node is not in the fleet any more"}`;
+    `sandbox ${sandboxId} was lost with node '${name}': ${n ? `${o.kubernetes?.silence() ?? "no heartbeat"} for ${Math.round((Date.now() - n.heartbeatAt) / 1000)} s` : "the node is not in the fleet any more"}`;
 
   /** A whole request sent to a node as it came (bodies streamed both ways). */
   const forward = (req: IncomingMessage, res: ServerResponse, n: NodeRecord, sandboxId?: string) => {

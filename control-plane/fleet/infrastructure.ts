@@ -8,7 +8,7 @@
 import { lookup } from "node:dns/promises";
 import type { Logger } from "pino";
 import { setInfrastructure } from "../runtimes/net/nft.js";
-import { apiserverAddresses, type InCluster } from "./kubernetes-cordon.js";
+import { apiserverAddresses, type InCluster } from "./kubernetes-client.js";
 
 const REFRESH_MS = 60_000;
 

@@ -14,7 +14,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, 
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { AppsV1Api, CoordinationV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { Sandbox, type CommandHandle } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
@@ -73,6 +73,7 @@ describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes clu
   let cluster: Cluster | undefined;
   let core: CoreV1Api;
   let apps: AppsV1Api;
+  let coordination: CoordinationV1Api;
   let pg: TestPostgres | undefined;
   let store: PgStore | undefined;
   let db = "";
@@ -118,6 +119,7 @@ describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes clu
     kc.loadFromFile(cluster.kubeconfig);
     core = kc.makeApiClient(CoreV1Api);
     apps = kc.makeApiClient(AppsV1Api);
+    coordination = kc.makeApiClient(CoordinationV1Api);
     const l = cluster.layout;
 
     // The fleet's Postgres on the host, where pods reach it: the cluster's bridge address, a password.
@@ -188,6 +190,7 @@ patches:
       - { op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: ${join(l.hostDir, "images")} }
       - { op: add, path: /spec/template/spec/containers/0/volumeMounts/1/subPathExpr, value: "$(NODE_NAME)" }
       - { op: add, path: /spec/template/spec/containers/0/env/-, value: { name: LOCALE2B_NO_IMAGE_BUILD, value: "1" } }
+      - { op: test, path: /spec/template/spec/containers/0/env/3/name, value: LOCALE2B_NODE_CGROUP }
       - { op: replace, path: /spec/template/spec/containers/0/env/3/value, value: "${l.cgroupParent.replace(/^\//, "")}/$(NODE_NAME)/locale2b-node" }
       - { op: add, path: /spec/template/spec/containers/0/args/-, value: "--warm-pool=0" }
 `,
@@ -220,6 +223,21 @@ patches:
       ["node1", "ready", `http://${ip("node1")}:3001`],
       ["node2", "ready", `http://${ip("node2")}:3001`],
     ]);
+    // Each agent keeps its node's Lease renewed, held by its pod: what the API replicas judge liveness by.
+    const agents = new Map((await pods("locale2b-node")).map((p) => [p.spec!.nodeName!, p.metadata!.name!]));
+    const leases = await waitFor("both nodes' Leases", async () => {
+      const l = (await coordination.listNamespacedLease({ namespace: NS, labelSelector: "locale2b.dev/fleet-node" })).items;
+      return l.length === 2 ? l : undefined;
+    }, 30_000, 500);
+    expect(leases.map((l) => [l.metadata?.name, l.metadata?.labels?.["locale2b.dev/fleet-node"], l.spec?.holderIdentity]).sort()).toEqual([
+      ["locale2b-node-node1", "node1", agents.get("node1")],
+      ["locale2b-node-node2", "node2", agents.get("node2")],
+    ]);
+    const first = new Date(leases[0]!.spec!.renewTime!).getTime();
+    await waitFor("a renewal of node1's Lease", async () => {
+      const l = await coordination.readNamespacedLease({ namespace: NS, name: leases[0]!.metadata!.name! });
+      return new Date(l.spec!.renewTime!).getTime() > first ? true : undefined;
+    }, 30_000, 500);
     // A node answers only the replicas.
     const r = await fetch(`http://${ip("node1")}:3001/v2/sandboxes`, { headers: { "x-api-key": key } });
     expect(r.status).toBe(401);
@@ -350,7 +368,7 @@ for host, port in ${JSON.stringify(targets)}:
       const body = await r.text();
       return r.status === 503 && /lost with node/.test(body) ? body : undefined;
     }, 60_000, 500);
-    expect(message).toMatch(new RegExp(`sandbox ${lost.sandboxId} was lost with node 'node2': no heartbeat for \\d+ s`));
+    expect(message).toMatch(new RegExp(`sandbox ${lost.sandboxId} was lost with node 'node2': no Lease renewal for \\d+ s`));
     console.log(`node2 lost → its sandbox answers 503 'lost' ${Date.now() - t} ms later`);
     const s = await Sandbox.connect(lost.sandboxId, sdk(podUrl(api))).catch((e: Error) => e);
     const err = s instanceof Error ? s : await s.commands.run("true").catch((e: Error) => e);
