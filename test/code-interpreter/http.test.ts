@@ -65,12 +65,12 @@ async function createContext(body: Record<string, unknown> = {}): Promise<{ id: 
   return (await res.json()) as { id: string; language: string; cwd: string };
 }
 
-/** A path the test creates to let waiting code go on (code that waits polls for it, 30 s at most). */
+/** A path the test creates to let waiting code go on (code that waits polls for it, 1500 looks at most). */
 function gate(): string {
   return join(server.cwd, `gate-${n++}`);
 }
 const waitFor = (path: string) =>
-  `import os, time\n_t = time.time()\nwhile not os.path.exists(${JSON.stringify(path)}):\n    assert time.time() - _t < 30, "gate never opened"\n    time.sleep(0.02)\n`;
+  `import os, time\nfor _ in range(1500):\n    if os.path.exists(${JSON.stringify(path)}):\n        break\n    time.sleep(0.02)\nelse:\n    raise AssertionError("gate never opened")\n`;
 
 describe.skipIf(skip !== undefined)(`Code Interpreter server: endpoints${skip ? ` (skipped: ${skip})` : ""}`, () => {
   it("GET /health is ok once the default contexts run", async () => {

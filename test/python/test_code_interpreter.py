@@ -125,7 +125,7 @@ def test_print_goes_to_stdout_and_callbacks(sbx):
     assert ex.logs.stdout == ["hello\n"]
     assert ex.logs.stderr == ["oops\n"]
     assert [(line, e) for line, e, _ in out] == [("hello\n", False)]
-    assert abs(out[0][2] / 1e9 - time.time()) < 3600  # a Unix time in ns
+    assert 1_600_000_000 * 10**9 < out[0][2] < 4_100_000_000 * 10**9  # a Unix time in ns, not in s or ms
     assert err == [("oops\n", True)]
 
 
@@ -216,10 +216,12 @@ def test_long_loop_streams(sbx, ci_server):
         "import os, time\n"
         f"for i, g in enumerate({gates!r}):\n"
         "    print(f'step {i}', flush=True)\n"
-        "    t = time.time()\n"
-        "    while not os.path.exists(g):\n"
-        "        assert time.time() - t < 30, 'the client never saw the line'\n"
+        "    for _ in range(1500):\n"
+        "        if os.path.exists(g):\n"
+        "            break\n"
         "        time.sleep(0.02)\n"
+        "    else:\n"
+        "        raise AssertionError('the client never saw the line')\n"
         "'done'"
     )
     events = []
