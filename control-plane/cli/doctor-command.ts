@@ -1,33 +1,34 @@
 // `locale2b doctor`: what this host has for each runtime, as a table (or
 // JSON); exit 1 when something the runtime asked about (--runtime, default
-// qemu: the one with the most to install) needs is missing.
+// DOCTOR_RUNTIME: the one with the most to install) needs is missing.
 import { accelFor } from "../host/accel.js";
 import { imageChecks, imageToolChecks, runtimeReady, type HostCheck } from "../host/checks.js";
 import { imagesDir } from "../images/layout.js";
-import { RUNTIMES, runtimeNames } from "../runtimes/registry.js";
+import { DOCTOR_RUNTIME, RUNTIMES, runtimeNames } from "../runtimes/registry.js";
 import { parse, UsageError } from "./args.js";
 
-const HELP = `Usage: locale2b doctor [--runtime NAME] [--json]
+function help(): string {
+  const needs = RUNTIMES.filter((r) => r.doctorHelp).map((r) => `  ${r.name}: ${r.doctorHelp}`);
+  const env = ["LOCALE2B_IMAGES_DIR", "LOCALE2B_DATA_DIR", "LOCALE2B_KERNEL", ...RUNTIMES.flatMap((r) => r.doctorSettings)];
+  return `Usage: locale2b doctor [--runtime NAME] [--json]
 
-Checks what each runtime needs on this host (${runtimeNames().join(", ")}): for the
-microVMs QEMU (microvm machine), qemu-img, vhost-device-vsock, the accelerator
-(KVM, or TCG where /dev/kvm cannot run a guest) and Firecracker; runsc for
-gvisor (its version and platform); the image tools (debootstrap, mkfs.ext4,
-gcc with a static libc); and whether the guest kernel and the 'base' template
-are built. scripts/setup-host installs the tools.
+Checks what each runtime needs on this host (${runtimeNames().join(", ")}):
+${needs.join("\n")}
+and the image tools (debootstrap, mkfs.ext4, gcc with a static libc), and whether
+the guest kernel and the 'base' template are built. scripts/setup-host installs
+the tools.
 
-Exit status: 0 when the runtime NAME (default qemu) has everything it needs
+Exit status: 0 when the runtime NAME (default ${DOCTOR_RUNTIME}) has everything it needs
 (a kernel and a template can still be missing), 1 otherwise.
 
 Options:
-  --runtime NAME  the runtime whose readiness sets the exit status (default qemu)
+  --runtime NAME  the runtime whose readiness sets the exit status (default ${DOCTOR_RUNTIME})
   --json          print the checks as JSON
   -h, --help      show this help
 
-Environment: LOCALE2B_IMAGES_DIR, LOCALE2B_DATA_DIR, LOCALE2B_KERNEL,
-LOCALE2B_QEMU, LOCALE2B_QEMU_IMG, LOCALE2B_VHOST_VSOCK, LOCALE2B_FIRECRACKER,
-LOCALE2B_RUNSC, LOCALE2B_RUNSC_PLATFORM.
+Environment: ${env.join(", ")}.
 `;
+}
 
 /** Every check, run concurrently, in a fixed order: each runtime's own, then the image tools and images. */
 export async function hostChecks(env: NodeJS.ProcessEnv = process.env): Promise<HostCheck[]> {
@@ -37,7 +38,7 @@ export async function hostChecks(env: NodeJS.ProcessEnv = process.env): Promise<
 }
 
 /** ok, or how much a failed check matters to the runtime asked about. */
-export function statusOf(c: HostCheck, runtime = "qemu"): string {
+export function statusOf(c: HostCheck, runtime = DOCTOR_RUNTIME): string {
   if (c.ok) return "ok";
   if (c.required === runtime) return "MISSING";
   if (c.required === "images") return "todo";
@@ -45,7 +46,7 @@ export function statusOf(c: HostCheck, runtime = "qemu"): string {
 }
 
 /** The checks as an aligned table: status, check, detail, fix. */
-export function formatChecks(checks: HostCheck[], runtime = "qemu"): string {
+export function formatChecks(checks: HostCheck[], runtime = DOCTOR_RUNTIME): string {
   const rows = [["STATUS", "CHECK", "DETAIL", "FIX"], ...checks.map((c) => [statusOf(c, runtime), c.name, c.detail, c.fix && !c.ok ? c.fix : ""])];
   const widths = [0, 1, 2].map((i) => Math.max(...rows.map((r) => r[i]!.length)));
   return rows.map((r) => r.map((cell, i) => (i < 3 ? cell.padEnd(widths[i]!) : cell)).join("  ").trimEnd()).join("\n") + "\n";
@@ -61,10 +62,10 @@ export async function runDoctorCommand(args: string[]): Promise<number> {
     options: { json: { type: "boolean" }, runtime: { type: "string" }, help: { type: "boolean", short: "h" } },
   });
   if (values.help) {
-    process.stdout.write(HELP);
+    process.stdout.write(help());
     return 0;
   }
-  const runtime = values.runtime ?? "qemu";
+  const runtime = values.runtime ?? DOCTOR_RUNTIME;
   if (!runtimeNames().includes(runtime)) throw new UsageError(`unknown runtime '${runtime}' (known: ${runtimeNames().join(", ")})`, "doctor");
   const checks = await hostChecks();
   const ok = runtimeReady(checks, runtime);

@@ -32,4 +32,8 @@ export interface RuntimeDescriptor {
   checks(env: NodeJS.ProcessEnv, accel: Promise<Accel>): Promise<HostCheck>[];
   /** doctor's one-line verdict on this runtime from the checks. */
   summary(checks: HostCheck[]): string;
+  /** For `doctor --help`: what its checks look for ("" when nothing). */
+  readonly doctorHelp: string;
+  /** The settings its checks read (for `doctor --help`). */
+  readonly doctorSettings: readonly string[];
 }

@@ -9,6 +9,9 @@ import type { Runtime } from "./runtime.js";
 
 export const RUNTIMES: readonly RuntimeDescriptor[] = [processRuntime, gvisorRuntime, qemuRuntime, firecrackerRuntime];
 
+/** The runtime `doctor` judges the host by unless told otherwise: the one with the most to install. */
+export const DOCTOR_RUNTIME = qemuRuntime.name;
+
 /** The zero-config runtime `serve` uses unless told otherwise. */
 export const DEFAULT_RUNTIME = RUNTIMES[0]!.name;
 

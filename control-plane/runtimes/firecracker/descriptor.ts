@@ -15,4 +15,6 @@ export const firecrackerRuntime: RuntimeDescriptor = {
   },
   checks: firecrackerChecks,
   summary: firecrackerSummary,
+  doctorHelp: "Firecracker and hardware KVM",
+  doctorSettings: ["LOCALE2B_FIRECRACKER"],
 };

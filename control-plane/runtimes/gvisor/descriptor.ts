@@ -15,4 +15,6 @@ export const gvisorRuntime: RuntimeDescriptor = {
   },
   checks: (env) => gvisorChecks(env),
   summary: gvisorSummary,
+  doctorHelp: "runsc (its version and platform)",
+  doctorSettings: ["LOCALE2B_RUNSC", "LOCALE2B_RUNSC_PLATFORM"],
 };

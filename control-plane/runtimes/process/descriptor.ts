@@ -13,5 +13,7 @@ export const processRuntime: RuntimeDescriptor = {
     return new ProcessRuntime();
   },
   checks: () => [],
+  doctorHelp: "",
+  doctorSettings: [],
   summary: () => "process runtime: needs nothing more (as root: the base template, built by `npm start`)",
 };

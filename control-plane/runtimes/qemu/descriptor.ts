@@ -15,4 +15,6 @@ export const qemuRuntime: RuntimeDescriptor = {
   },
   checks: qemuChecks,
   summary: qemuSummary,
+  doctorHelp: "QEMU (microvm machine), qemu-img, vhost-device-vsock, the accelerator (KVM, or TCG where /dev/kvm cannot run a guest)",
+  doctorSettings: ["LOCALE2B_QEMU", "LOCALE2B_QEMU_IMG", "LOCALE2B_VHOST_VSOCK"],
 };
