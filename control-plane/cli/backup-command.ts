@@ -37,32 +37,51 @@ export function postgresRefusal(command: string): CliError {
   );
 }
 
-export async function runBackupCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parse(CMD, {
+/** What `backup` and `restore` are given: the data dir, the one folder named, the flags. */
+export interface DataDirFolderArgs {
+  dataDir: string;
+  folder: string;
+  force: boolean;
+  json: boolean;
+}
+
+/**
+ * Parses `<command> [--data-dir DIR] [--force] [--json] FOLDER` (`folder` says
+ * what FOLDER is, for the error); undefined after printing `help` for --help.
+ * A Postgres store is refused: these commands cover a data dir's SQLite.
+ */
+export function parseDataDirFolder(command: "backup" | "restore", args: string[], folder: string, help: string): DataDirFolderArgs | undefined {
+  const { values, positionals } = parse(command, {
     args,
     allowPositionals: true,
     options: {
       "data-dir": { type: "string", short: "d" },
       "database-url": { type: "string" },
+      ...(command === "restore" ? { force: { type: "boolean" as const } } : {}),
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
   if (values.help) {
-    process.stdout.write(HELP);
-    return 0;
+    process.stdout.write(help);
+    return undefined;
   }
-  if (values["database-url"] || setting("LOCALE2B_DATABASE_URL")) throw postgresRefusal("locale2b backup");
-  if (positionals.length !== 1) throw new UsageError(`expected one destination folder, got ${positionals.length ? positionals.join(" ") : "nothing"}`, CMD);
-  const dataDir = resolveDataDir(values["data-dir"]);
-  const dest = positionals[0]!;
+  if (values["database-url"] || setting("LOCALE2B_DATABASE_URL")) throw postgresRefusal(`locale2b ${command}`);
+  if (positionals.length !== 1) throw new UsageError(`expected one ${folder}, got ${positionals.length ? positionals.join(" ") : "nothing"}`, command);
+  return { dataDir: resolveDataDir(values["data-dir"]), folder: positionals[0]!, force: (values as { force?: boolean }).force === true, json: values.json === true };
+}
+
+export async function runBackupCommand(args: string[]): Promise<number> {
+  const a = parseDataDirFolder(CMD, args, "destination folder", HELP);
+  if (!a) return 0;
+  const { dataDir, folder: dest } = a;
   let manifest;
   try {
     manifest = await backupDataDir(dataDir, dest, (line) => process.stderr.write(`locale2b backup: ${line}\n`));
   } catch (err) {
     throw new CliError((err as Error).message);
   }
-  if (values.json) {
+  if (a.json) {
     process.stdout.write(`${JSON.stringify(manifest, null, 2)}\n`);
   } else {
     const c = manifest.counts;

@@ -1,10 +1,9 @@
 // `locale2b restore <src>`: a backup into a data dir no server holds
 // (control-plane/backup/restore.ts).
 import { restoreDataDir, RestoreRefused } from "../backup/restore.js";
-import { defaultDataDir, resolveDataDir } from "../config.js";
-import { setting } from "../settings.js";
-import { CliError, parse, UsageError } from "./args.js";
-import { postgresRefusal } from "./backup-command.js";
+import { defaultDataDir } from "../config.js";
+import { CliError } from "./args.js";
+import { parseDataDirFolder } from "./backup-command.js";
 
 const HELP = `Usage: locale2b restore <src> [options]
 
@@ -30,31 +29,16 @@ Options:
 const CMD = "restore";
 
 export async function runRestoreCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parse(CMD, {
-    args,
-    allowPositionals: true,
-    options: {
-      "data-dir": { type: "string", short: "d" },
-      "database-url": { type: "string" },
-      force: { type: "boolean" },
-      json: { type: "boolean" },
-      help: { type: "boolean", short: "h" },
-    },
-  });
-  if (values.help) {
-    process.stdout.write(HELP);
-    return 0;
-  }
-  if (values["database-url"] || setting("LOCALE2B_DATABASE_URL")) throw postgresRefusal("locale2b restore");
-  if (positionals.length !== 1) throw new UsageError(`expected one backup folder, got ${positionals.length ? positionals.join(" ") : "nothing"}`, CMD);
-  const dataDir = resolveDataDir(values["data-dir"]);
+  const a = parseDataDirFolder(CMD, args, "backup folder", HELP);
+  if (!a) return 0;
+  const { dataDir } = a;
   let result;
   try {
-    result = await restoreDataDir(positionals[0]!, dataDir, { force: values.force === true });
+    result = await restoreDataDir(a.folder, dataDir, { force: a.force });
   } catch (err) {
     throw new CliError((err as Error).message, err instanceof RestoreRefused ? 3 : 1);
   }
-  if (values.json) {
+  if (a.json) {
     process.stdout.write(`${JSON.stringify({ ...result, manifest: undefined, source: result.manifest.source, createdAt: result.manifest.createdAt }, null, 2)}\n`);
   } else {
     const c = result.manifest.counts;

@@ -6,7 +6,7 @@ import net from "node:net";
 import tls from "node:tls";
 import type { Logger } from "pino";
 import type { H1H2cServer } from "../../envd/server/h1-h2c-server.js";
-import { loadPairs, pairFor, TlsConfigError, type CertificatePair, type TlsFiles } from "./certificates.js";
+import { loadPairs, pairFor, TlsConfigError, type CertificatePair } from "./certificates.js";
 import { watchFiles, type FileWatch } from "./watch.js";
 
 const TLS_HANDSHAKE = 0x16;
@@ -34,7 +34,7 @@ export class TlsFront {
   private loggedFailure: string | undefined;
   private reloading: Promise<void> = Promise.resolve();
 
-  constructor(private readonly opts: TlsFrontOptions) {
+  constructor(opts: TlsFrontOptions) {
     if (!opts.pairs.length) throw new TlsConfigError("TLS needs at least one certificate and key pair");
     this.pairs = opts.pairs;
     this.log = opts.log.child({ component: "tls" });
