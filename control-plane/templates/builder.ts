@@ -178,18 +178,7 @@ export class TemplateBuilder {
     }
     let state = cached ? structuredClone(cached.state) : structuredClone(initial);
     for (let i = 0; i <= from; i++) say(`CACHED ${describe(spec.steps[i]!)}`, String(i + 1));
-    const sandbox = await BuildSandbox.start({
-      runtime,
-      image: baseImage,
-      cpuCount: build.cpuCount,
-      memoryMB: build.memoryMB,
-      diskSizeMB: this.d.buildDiskMB,
-      dir: join(work, "sandbox"),
-      ...(cached ? { from: { kind: "filesystem" as const, dir: cached.filesDir, runtime: runtime.name } } : {}),
-      log: this.d.log.child({ buildId: build.id }),
-    }).catch((err: Error) => {
-      throw new BuildFailure(err.message, from >= 0 ? String(from + 1) : "base");
-    });
+    const sandbox = await this.startSandbox(runtime, baseImage, build, join(work, "sandbox"), from >= 0 ? String(from + 1) : "base", cached?.filesDir);
     try {
       const probe = await sandbox.run("test -x /bin/bash", { user: "root", signal }).catch((err: Error) => {
         if (signal.aborted) throw err;
@@ -322,17 +311,7 @@ export class TemplateBuilder {
    */
   private async copyBase(baseImage: string, runtime: Runtime, key: string, build: TemplateBuildRecord, spec: BuildSpec, work: string, say: (m: string, step?: string) => void): Promise<{ rootfsBytes: number }> {
     say("starting a sandbox of the base image", "base");
-    const sandbox = await BuildSandbox.start({
-      runtime,
-      image: baseImage,
-      cpuCount: build.cpuCount,
-      memoryMB: build.memoryMB,
-      diskSizeMB: this.d.buildDiskMB,
-      dir: join(work, "sandbox"),
-      log: this.d.log.child({ buildId: build.id }),
-    }).catch((err: Error) => {
-      throw new BuildFailure(err.message, "base");
-    });
+    const sandbox = await this.startSandbox(runtime, baseImage, build, join(work, "sandbox"), "base");
     await sandbox.kill();
     say("copying the base image's files", "finalize");
     const base = findTemplateImage(baseImage, this.d.imagesDir);
@@ -355,20 +334,30 @@ export class TemplateBuilder {
     }
   }
 
-  /** Boots the new image once and runs its start command and ready check, as a create will. */
-  private async checkStart(runtime: Runtime, boot: SandboxBoot, build: TemplateBuildRecord, work: string, say: (m: string, step?: string) => void, signal: AbortSignal): Promise<void> {
-    say(`checking the start command${boot.readyCmd ? " and ready command" : ""} on the new image`, "finalize");
-    const sandbox = await BuildSandbox.start({
+  /**
+   * A build's sandbox of `image` with the build's size, in `dir`, its files
+   * those of `filesDir` when given (a cached step's); a failure to start is
+   * the build's failure at `step`.
+   */
+  private startSandbox(runtime: Runtime, image: string, build: TemplateBuildRecord, dir: string, step: string, filesDir?: string): Promise<BuildSandbox> {
+    return BuildSandbox.start({
       runtime,
-      image: boot.image,
+      image,
       cpuCount: build.cpuCount,
       memoryMB: build.memoryMB,
       diskSizeMB: this.d.buildDiskMB,
-      dir: join(work, "check"),
+      dir,
+      ...(filesDir ? { from: { kind: "filesystem" as const, dir: filesDir, runtime: runtime.name } } : {}),
       log: this.d.log.child({ buildId: build.id }),
     }).catch((err: Error) => {
-      throw new BuildFailure(err.message, "finalize");
+      throw new BuildFailure(err.message, step);
     });
+  }
+
+  /** Boots the new image once and runs its start command and ready check, as a create will. */
+  private async checkStart(runtime: Runtime, boot: SandboxBoot, build: TemplateBuildRecord, work: string, say: (m: string, step?: string) => void, signal: AbortSignal): Promise<void> {
+    say(`checking the start command${boot.readyCmd ? " and ready command" : ""} on the new image`, "finalize");
+    const sandbox = await this.startSandbox(runtime, boot.image, build, join(work, "check"), "finalize");
     try {
       await runStartCommand(new EnvdRpc(), sandbox.target, boot, { signal, timeoutMs: this.d.readyTimeoutMs, onLine: (l) => say(l, "finalize") }).catch((err: Error) => {
         throw new BuildFailure(err.message, "finalize");
