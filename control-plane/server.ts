@@ -283,7 +283,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     volumes,
     secrets: new SecretService({
       store,
-      key: keySource(opts.dataDir, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") }),
+      // On a shared store (Postgres) no key file is made unless named: LOCALE2B_SECRETS_KEY, the same everywhere.
+      key: keySource(opts.databaseUrl ? undefined : opts.dataDir, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") }),
       log: log.child({ component: "secrets" }),
     }),
   };

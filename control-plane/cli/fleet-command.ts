@@ -6,6 +6,7 @@ import { DEFAULT_PORT } from "../config.js";
 import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { startFleetApi } from "../fleet/api-server.js";
 import { PgStore } from "../store/pg-store.js";
+import { keySource } from "../secrets/secret-key.js";
 import { setting } from "../settings.js";
 import { CliError, intOption, parse, table, UsageError } from "./args.js";
 import { API_KEY_RE, nodeTokenSetting } from "./serve-command.js";
@@ -102,7 +103,8 @@ export async function runApiCommand(args: string[]): Promise<number> {
   else if ((await store.listApiKeys()).length === 0) createdKey = (await store.createApiKey("default")).key;
   let api;
   try {
-    api = await startFleetApi({ host, port, store, nodeToken: token, ...(values.domain ? { domain: values.domain } : {}), log });
+    const secretsKey = keySource(undefined, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") });
+    api = await startFleetApi({ host, port, store, nodeToken: token, secretsKey, ...(values.domain ? { domain: values.domain } : {}), log });
   } catch (err) {
     await store.close();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") throw new CliError(`port ${port} on ${host} is in use: pick another with --port`);

@@ -9,12 +9,21 @@ import { dirname, join } from "node:path";
 export const KEY_BYTES = 32;
 export const KEY_FILE_NAME = "secrets.key";
 
-/** Where a key comes from: the env setting's value, or a file. */
-export type KeySource = { value: string } | { file: string };
+/** Where a key comes from: the env setting's value, a file, or nowhere (why, and what to do). */
+export type KeySource = { value: string } | { file: string } | { missing: string };
 
-export function keySource(dataDir: string, env: { key?: string; file?: string }): KeySource {
+export const SHARED_KEY_MISSING =
+  "set LOCALE2B_SECRETS_KEY (make one with: openssl rand -base64 32): servers that share a Postgres store (a fleet's API replicas and nodes) must all have the same key";
+
+/**
+ * The env key, else the key file (default: in the data dir). A server on a
+ * shared store (Postgres) has no key file unless one is named: each host
+ * would make its own, and another's values would not open.
+ */
+export function keySource(dataDir: string | undefined, env: { key?: string; file?: string }): KeySource {
   if (env.key !== undefined) return { value: env.key };
-  return { file: env.file ?? join(dataDir, KEY_FILE_NAME) };
+  if (env.file !== undefined) return { file: env.file };
+  return dataDir !== undefined ? { file: join(dataDir, KEY_FILE_NAME) } : { missing: SHARED_KEY_MISSING };
 }
 
 /** A key written as 64 hex digits or as base64 (44 characters) of 32 bytes. */
@@ -33,6 +42,7 @@ export function parseKey(text: string, where: string): Buffer {
  * that others than its owner may read is refused.
  */
 export function loadKey(source: KeySource): { key: Buffer; created: boolean } {
+  if ("missing" in source) throw new Error(source.missing);
   if ("value" in source) return { key: parseKey(source.value, "LOCALE2B_SECRETS_KEY"), created: false };
   const file = source.file;
   let created = false;

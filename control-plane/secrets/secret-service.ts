@@ -38,7 +38,7 @@ export class SecretService {
     } catch (err) {
       throw new ControlPlaneError("unavailable", `secrets are not available: ${(err as Error).message}`);
     }
-    const where = "value" in this.o.key ? "LOCALE2B_SECRETS_KEY" : `the key file ${this.o.key.file}`;
+    const where = "file" in this.o.key ? `the key file ${this.o.key.file}` : "LOCALE2B_SECRETS_KEY";
     if (loaded.created) this.o.log.info({ keyFile: "file" in this.o.key ? this.o.key.file : undefined }, "secrets key file created (mode 0600): back it up, secrets cannot be read without it");
     const check = keyCheck(loaded.key);
     const stored = await this.o.store.initSetting(KEY_CHECK_SETTING, check);

@@ -13,7 +13,7 @@ import { ControlPlaneError } from "../../control-plane/domain/errors.js";
 import { TEAM } from "../../control-plane/domain/secret.js";
 import { open, seal } from "../../control-plane/secrets/cipher.js";
 import { resolveSecretPlaceholders } from "../../control-plane/secrets/placeholders.js";
-import { loadKey, parseKey } from "../../control-plane/secrets/secret-key.js";
+import { keySource, loadKey, parseKey } from "../../control-plane/secrets/secret-key.js";
 import { SecretService } from "../../control-plane/secrets/secret-service.js";
 import { ActivityDb } from "../../control-plane/store/activity-db.js";
 import { SqliteStore } from "../../control-plane/store/sqlite-store.js";
@@ -111,6 +111,20 @@ describe("the secret service", () => {
     expect(err.kind).toBe("unavailable");
     expect(err.message).toMatch(/not the one the stored secrets were sealed with.*LOCALE2B_SECRETS_KEY.*cannot be read/);
     expect(await b.store.getSecret(TEAM, "two")).toBeUndefined();
+  });
+
+  it("on a shared store without LOCALE2B_SECRETS_KEY: 503 saying to set it, no key file made", async () => {
+    const dir = tempDir();
+    const store = new SqliteStore(join(dir, "locale2b.db"));
+    closers.push(() => store.close());
+    const secrets = new SecretService({ store, key: keySource(undefined, {}), log });
+    const err = await failure(secrets.create(TEAM, "one", "value-one", undefined));
+    expect(err.kind).toBe("unavailable");
+    expect(err.message).toMatch(/set LOCALE2B_SECRETS_KEY .*openssl rand -base64 32.*same key/);
+    expect(await store.getSecret(TEAM, "one")).toBeUndefined();
+    expect(keySource(dir, {})).toEqual({ file: join(dir, "secrets.key") });
+    expect(keySource(undefined, { file: "/k" })).toEqual({ file: "/k" });
+    expect(keySource(dir, { key: "x", file: "/k" })).toEqual({ value: "x" });
   });
 
   it("validates names, values and metadata without quoting the value", async () => {

@@ -6,9 +6,14 @@ import { TEAM, type SecretRecord } from "../../domain/secret.js";
 import type { SecretService } from "../../secrets/secret-service.js";
 import { parseLimit, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
+import type { ApiDeps } from "../deps.js";
 import type { RestContext, Route } from "./router.js";
 
-function secretsOf(ctx: RestContext): SecretService {
+/** What a secrets route needs: the exchange and the secrets (a fleet's API replica has nothing else). */
+export type SecretContext = Pick<RestContext, "req" | "res" | "params" | "query" | "note"> & { deps: Pick<ApiDeps, "secrets"> };
+export type SecretHandler = (ctx: SecretContext) => Promise<void>;
+
+function secretsOf(ctx: SecretContext): SecretService {
   if (!ctx.deps.secrets) throw new HttpError(404, "secrets are not served by this server");
   return ctx.deps.secrets;
 }
@@ -25,7 +30,7 @@ export function toSecret(s: SecretRecord): Record<string, unknown> {
   };
 }
 
-function noteSecret(ctx: RestContext, s: SecretRecord): void {
+function noteSecret(ctx: SecretContext, s: SecretRecord): void {
   if (ctx.note) ctx.note.details = { secret_id: s.id, name: s.name, version: s.currentVersion };
 }
 
@@ -36,14 +41,14 @@ function decodeToken(token: string): string {
   return name;
 }
 
-async function create(ctx: RestContext): Promise<void> {
+async function create(ctx: SecretContext): Promise<void> {
   const body = await readJsonObject(ctx.req, undefined, { secret: true });
   const s = await secretsOf(ctx).create(TEAM, body.name, body.value, body.metadata);
   noteSecret(ctx, s);
   sendJson(ctx.res, 201, toSecret(s));
 }
 
-async function list(ctx: RestContext): Promise<void> {
+async function list(ctx: SecretContext): Promise<void> {
   const limit = parseLimit(ctx.query.get("limit"));
   const token = ctx.query.get("nextToken");
   const page = await secretsOf(ctx).list(TEAM, limit + 1, token ? decodeToken(token) : undefined);
@@ -52,23 +57,23 @@ async function list(ctx: RestContext): Promise<void> {
   sendJson(ctx.res, 200, items.map(toSecret), next);
 }
 
-async function get(ctx: RestContext): Promise<void> {
+async function get(ctx: SecretContext): Promise<void> {
   sendJson(ctx.res, 200, toSecret(await secretsOf(ctx).get(TEAM, ctx.params.secretID!)));
 }
 
-async function update(ctx: RestContext): Promise<void> {
+async function update(ctx: SecretContext): Promise<void> {
   const body = await readJsonObject(ctx.req, undefined, { secret: true });
   const s = await secretsOf(ctx).update(TEAM, ctx.params.secretID!, body.value, body.metadata);
   noteSecret(ctx, s);
   sendJson(ctx.res, 200, toSecret(s));
 }
 
-async function destroy(ctx: RestContext): Promise<void> {
+async function destroy(ctx: SecretContext): Promise<void> {
   noteSecret(ctx, await secretsOf(ctx).delete(TEAM, ctx.params.secretID!));
   sendNoContent(ctx.res);
 }
 
-export const secretRoutes: Route[] = [
+export const secretRoutes: Route<SecretHandler>[] = [
   { method: "POST", path: "/secrets", handler: create },
   { method: "GET", path: "/secrets", handler: list },
   { method: "GET", path: "/secrets/:secretID", handler: get },
