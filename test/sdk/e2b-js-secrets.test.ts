@@ -5,7 +5,8 @@
 // server's pino log, the events, the audit log, the SQLite files. Then from
 // inside a sandbox (as `user` and as root): neither the key file nor the
 // database can be reached.
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { AuthenticationError, CommandExitError, Sandbox, Secret, SecretError, SecretNotFoundError } from "e2b";
@@ -213,42 +214,73 @@ describe("secrets through the e2b JS SDK", { timeout: 120_000 }, () => {
   });
 });
 
+/** A command's exit code and output, whatever its exit code. */
+async function run(sbx: Sandbox, cmd: string, user: "user" | "root"): Promise<{ code: number; out: string }> {
+  try {
+    const r = await sbx.commands.run(cmd, { user, timeoutMs: 120_000 });
+    return { code: r.exitCode, out: r.stdout + r.stderr };
+  } catch (err) {
+    if (err instanceof CommandExitError) return { code: err.exitCode, out: err.stdout + err.stderr };
+    throw err;
+  }
+}
+
 describe.skipIf(!!noSandbox)("secrets: a sandbox cannot reach the key or the database (process runtime)", { timeout: 180_000 }, () => {
   it("as user and as root: the data dir, the key file and the database are not there, and no file inside holds the key", async () => {
     await Secret.create("escape-canary", VALUE_1);
     const key = readFileSync(join(cp.dataDir, "secrets.key"), "utf8").trim();
     const sbx = await Sandbox.create("base", { timeoutMs: 300_000 });
     try {
-      const run = async (cmd: string, user: "user" | "root") => {
-        try {
-          const r = await sbx.commands.run(cmd, { user, timeoutMs: 120_000 });
-          return { code: r.exitCode, out: r.stdout + r.stderr };
-        } catch (err) {
-          if (err instanceof CommandExitError) return { code: err.exitCode, out: err.stdout + err.stderr };
-          throw err;
-        }
-      };
       const targets = [join(cp.dataDir, "secrets.key"), join(cp.dataDir, "locale2b.db"), cp.dataDir];
       for (const user of ["user", "root"] as const) {
-        expect((await run("id -u", user)).out.trim()).toBe(user === "root" ? "0" : "1000");
+        expect((await run(sbx, "id -u", user)).out.trim()).toBe(user === "root" ? "0" : "1000");
         for (const t of targets) {
-          const r = await run(`cat '${t}' 2>&1; ls -la '${t}' 2>&1`, user);
+          const r = await run(sbx, `cat '${t}' 2>&1; ls -la '${t}' 2>&1`, user);
           expect(r.out, `${user}: ${t}`).toMatch(/No such file or directory/);
           expect(r.out).not.toContain(key);
         }
         // Nowhere in the sandbox's view: by name, and by content (the key, a sealed database page).
-        const found = await run("find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -name secrets.key -o -name 'locale2b.db*' \\) -print 2>/dev/null", user);
+        const found = await run(sbx, "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -name secrets.key -o -name 'locale2b.db*' \\) -print 2>/dev/null", user);
         expect(found.out.trim(), user).toBe("");
-        const grep = await run(`grep -rlsF -- '${key}' /home /root /tmp /var /etc /run /mnt /opt /srv 2>/dev/null | head -5; true`, user);
+        const grep = await run(sbx, `grep -rlsF -- '${key}' /home /root /tmp /var /etc /run /mnt /opt /srv 2>/dev/null | head -5; true`, user);
         expect(grep.out.trim(), user).toBe("");
         // Nor through a process's environment or root: the sandbox has its own pid namespace.
-        const procs = await run("cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep LOCALE2B_SECRETS; ls /proc/*/root" + cp.dataDir + " 2>&1 | head -3; true", user);
+        const procs = await run(sbx, "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep LOCALE2B_SECRETS; ls /proc/*/root" + cp.dataDir + " 2>&1 | head -3; true", user);
         expect(procs.out).not.toContain(key);
         expect(procs.out).not.toMatch(/secrets\.key|locale2b\.db/);
       }
     } finally {
       await sbx.kill();
       await Secret.destroy("escape-canary");
+    }
+  });
+
+  it("with LOCALE2B_SECRETS_KEY: no key file is made, and the key is in no environment a sandbox sees, as user or root", async () => {
+    const key = randomBytes(32).toString("base64");
+    const restore = setEnv({ LOCALE2B_SECRETS_KEY: key });
+    let other: TestControlPlane | undefined;
+    try {
+      other = await startTestControlPlane({ runtime, warmPool: 0 });
+    } finally {
+      restore();
+    }
+    const opts = { apiKey: other.apiKey, apiUrl: other.url, sandboxUrl: other.url };
+    try {
+      await Secret.create("env-key-canary", VALUE_1, opts);
+      expect(existsSync(join(other.dataDir, "secrets.key"))).toBe(false);
+      const sbx = await Sandbox.create("base", { ...opts, timeoutMs: 300_000 });
+      try {
+        for (const user of ["user", "root"] as const) {
+          const r = await run(sbx, "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; true", user);
+          expect(r.out, user).toContain("PATH=");
+          expect(r.out, user).not.toContain(key);
+          expect(r.out, user).not.toContain("LOCALE2B_SECRETS_KEY");
+        }
+      } finally {
+        await sbx.kill();
+      }
+    } finally {
+      await other.close();
     }
   });
 });
