@@ -52,6 +52,8 @@ import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./t
 import { TlsFront } from "./tls/tls-front.js";
 import { VolumeService } from "./volumes/volume-service.js";
 import { volumeIds, volumeSizeMB } from "./volumes/volume-settings.js";
+import { SecretService } from "./secrets/secret-service.js";
+import { keySource } from "./secrets/secret-key.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -281,6 +283,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     audit: activity.audit,
     history: activity.history,
     volumes,
+    secrets: new SecretService({
+      store,
+      // On a shared store (Postgres) no key file is made unless named: LOCALE2B_SECRETS_KEY, the same everywhere.
+      key: keySource(opts.databaseUrl ? undefined : opts.dataDir, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") }),
+      log: log.child({ component: "secrets" }),
+    }),
   };
 
   const fleet = opts.fleet;

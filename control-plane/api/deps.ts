@@ -9,6 +9,7 @@ import type { SnapshotService } from "../snapshots/snapshot-service.js";
 import type { TemplateService } from "../templates/template-service.js";
 import type { TemplateFiles } from "../templates/uploads.js";
 import type { VolumeService } from "../volumes/volume-service.js";
+import type { SecretService } from "../secrets/secret-service.js";
 
 /** What the API surfaces (REST, Connect, envd proxy) are built from. */
 export interface ApiDeps {
@@ -38,4 +39,6 @@ export interface ApiDeps {
   history?: MetricsHistory;
   /** Volumes and their file API (absent: /volumes answers 404). */
   volumes?: VolumeService;
+  /** E2B's secrets (absent: /secrets answers 404). */
+  secrets?: SecretService;
 }

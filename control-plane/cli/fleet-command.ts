@@ -8,6 +8,7 @@ import { startFleetApi } from "../fleet/api-server.js";
 import { inCluster } from "../fleet/kubernetes-client.js";
 import { KubernetesNodes } from "../fleet/kubernetes-nodes.js";
 import { PgStore } from "../store/pg-store.js";
+import { keySource } from "../secrets/secret-key.js";
 import { setting } from "../settings.js";
 import { CliError, intOption, parse, table, UsageError } from "./args.js";
 import { API_KEY_RE, nodeTokenSetting } from "./serve-command.js";
@@ -108,7 +109,8 @@ export async function runApiCommand(args: string[]): Promise<number> {
   await kubernetes?.start();
   let api;
   try {
-    api = await startFleetApi({ host, port, store, nodeToken: token, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
+    const secretsKey = keySource(undefined, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") });
+    api = await startFleetApi({ host, port, store, nodeToken: token, secretsKey, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
   } catch (err) {
     await kubernetes?.stop();
     await store.close();

@@ -33,6 +33,9 @@ import { connectAdapter } from "../../envd/server/connect-adapter.js";
 import { registerReflection } from "../../envd/server/reflection.js";
 import { SandboxService } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
 import { TemplateService } from "../../gen/ts/locale2b/controlplane/v1/template_pb.js";
+import { SecretService } from "../secrets/secret-service.js";
+import type { KeySource } from "../secrets/secret-key.js";
+import { isSecretsPath, secretsApi } from "./secrets-api.js";
 
 export interface FleetApiOptions {
   host: string;
@@ -44,6 +47,8 @@ export interface FleetApiOptions {
   domain?: string;
   /** In a Kubernetes pod: nodes' liveness from their Leases, creates only on Ready, uncordoned Nodes. */
   kubernetes?: KubernetesNodes;
+  /** The secrets key (LOCALE2B_SECRETS_KEY: the nodes' too); /secrets is served here, from the store. */
+  secretsKey: KeySource;
   log: Logger;
 }
 
@@ -92,6 +97,7 @@ class NodeAgent extends http.Agent {
 export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi> {
   const { store, log } = o;
   const metrics = new ControlPlaneMetrics();
+  const secrets = secretsApi(new SecretService({ store, key: o.secretsKey, log: log.child({ component: "secrets" }) }), log);
   const hostSuffix = `.${(o.domain ?? "localhost").replace(/:\d+$/, "").toLowerCase()}`;
   const token = [NODE_TOKEN_HEADER, o.nodeToken];
   const agents = new Map<string, NodeAgent>();
@@ -482,6 +488,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     // Signed template-file uploads authenticate themselves (their URL); every other route needs a key.
     const upload = req.method === "PUT" && /^\/templates\/[^/]+\/files\/[^/]+$/.test(path);
     if (!upload && !(await apiKeyFromHeaders(store, req.headers))) return sendError(res, 401, MISSING_KEY_MESSAGE);
+    if (isSecretsPath(path)) return secrets(req, res);
     const vol = /^\/volumes(?:\/([^/]+))?$/.exec(path);
     if (vol) {
       if (!vol[1] && req.method === "POST") {

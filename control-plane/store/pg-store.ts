@@ -2,98 +2,14 @@ import pg from "pg";
 import { LIVE_STATES, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
-import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
+import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, sealedOf, secretOf } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { VolumeRecord } from "../domain/volume.js";
+import type { SealedVersion, SecretRecord } from "../domain/secret.js";
 import { nodeOf } from "./store-common.js";
+import { PG_MIGRATIONS } from "./pg-migrations.js";
 
-/**
- * The fleet's schema, in versions (as SqliteStore's; Postgres types: times
- * are BIGINT milliseconds, records JSON text as the SQLite store keeps them,
- * so both stores hand back the same objects). Never edit a version that
- * shipped: add one.
- */
-const MIGRATIONS: Migration[] = [
-  {
-    version: 1,
-    name: "sandboxes, api keys, settings, snapshots, templates",
-    statements: [
-      `CREATE TABLE sandboxes (
-         id TEXT PRIMARY KEY,
-         state TEXT NOT NULL,
-         template_id TEXT NOT NULL,
-         started_at BIGINT NOT NULL,
-         end_at BIGINT NOT NULL,
-         record TEXT NOT NULL
-       )`,
-      `CREATE INDEX sandboxes_state ON sandboxes(state, started_at)`,
-      `CREATE TABLE sandbox_metadata (
-         sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
-         key TEXT NOT NULL,
-         value TEXT NOT NULL,
-         PRIMARY KEY (sandbox_id, key)
-       )`,
-      `CREATE TABLE api_keys (
-         id TEXT PRIMARY KEY,
-         name TEXT NOT NULL,
-         hash TEXT NOT NULL UNIQUE,
-         mask TEXT NOT NULL,
-         created_at BIGINT NOT NULL,
-         last_used_at BIGINT
-       )`,
-      `CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-      `CREATE TABLE snapshots (
-         id TEXT NOT NULL,
-         tag TEXT NOT NULL,
-         name TEXT,
-         sandbox_id TEXT NOT NULL,
-         created_at BIGINT NOT NULL,
-         record TEXT NOT NULL,
-         PRIMARY KEY (id, tag)
-       )`,
-      `CREATE INDEX snapshots_created ON snapshots(created_at)`,
-      `CREATE TABLE templates (
-         id TEXT PRIMARY KEY,
-         created_at BIGINT NOT NULL,
-         record TEXT NOT NULL
-       )`,
-      `CREATE TABLE template_names (
-         name TEXT PRIMARY KEY,
-         template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE
-       )`,
-      `CREATE TABLE template_builds (
-         id TEXT PRIMARY KEY,
-         template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
-         created_at BIGINT NOT NULL,
-         record TEXT NOT NULL
-       )`,
-      `CREATE INDEX template_builds_template ON template_builds(template_id, created_at)`,
-      `CREATE TABLE template_tags (
-         template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
-         tag TEXT NOT NULL,
-         build_id TEXT NOT NULL,
-         created_at BIGINT NOT NULL,
-         PRIMARY KEY (template_id, tag)
-       )`,
-    ],
-  },
-  {
-    version: 2,
-    name: "sandboxes.node: the host a sandbox runs on",
-    statements: ["ALTER TABLE sandboxes ADD COLUMN node TEXT", "CREATE INDEX sandboxes_node ON sandboxes(node, state)"],
-  },
-  {
-    version: 3,
-    name: "nodes: the hosts of a fleet, their addresses and heartbeats",
-    statements: ["CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at BIGINT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)"],
-  },
-  {
-    version: 4,
-    name: "volumes: storage that outlives sandboxes",
-    statements: ["CREATE TABLE volumes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at BIGINT NOT NULL, record TEXT NOT NULL)"],
-  },
-];
 
 /** Any number for pg_advisory_xact_lock, the same in every replica: migrations run one replica at a time. */
 const MIGRATION_LOCK = 0x6c326230; // "l2b0"
@@ -156,7 +72,7 @@ export class PgStore implements Store {
       await c.query("SELECT pg_advisory_xact_lock($1)", [MIGRATION_LOCK]);
       await c.query("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)");
       const applied = new Set((await c.query<{ version: number }>("SELECT version FROM schema_migrations")).rows.map((r) => Number(r.version)));
-      for (const m of pendingMigrations(MIGRATIONS, applied)) {
+      for (const m of pendingMigrations(PG_MIGRATIONS, applied)) {
         for (const stmt of m.statements) await c.query(stmt);
         await c.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)", [m.version, m.name, Date.now()]);
       }
@@ -436,6 +352,62 @@ export class PgStore implements Store {
 
   async deleteVolume(id: string): Promise<boolean> {
     return (await this.changes("DELETE FROM volumes WHERE id = $1", [id])) > 0;
+  }
+
+  addSecret(r: SecretRecord, first: SealedVersion): Promise<boolean> {
+    return this.tx(async (c) => {
+      const added = ((
+        await c.query(
+          "INSERT INTO secrets (id, team, name, current_version, metadata, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+          [r.id, r.team, r.name, r.currentVersion, JSON.stringify(r.metadata), r.createdAt, r.updatedAt],
+        )
+      ).rowCount ?? 0) > 0;
+      if (added) await c.query("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES ($1, $2, $3, $4)", [first.secretId, first.version, first.sealed, first.createdAt]);
+      return added;
+    });
+  }
+
+  async getSecret(team: string, idOrName: string): Promise<SecretRecord | undefined> {
+    const row = (await this.rows("SELECT * FROM secrets WHERE team = $1 AND (id = $2 OR name = $2)", [team, idOrName]))[0];
+    return row ? secretOf(row) : undefined;
+  }
+
+  async listSecrets(team: string, opts: { after?: string; limit: number }): Promise<SecretRecord[]> {
+    return (await this.rows('SELECT * FROM secrets WHERE team = $1 AND name COLLATE "C" > $2 ORDER BY name COLLATE "C" LIMIT $3', [team, opts.after ?? "", opts.limit])).map(secretOf);
+  }
+
+  addSecretVersion(team: string, id: string, seal: (version: number) => string, metadata: Record<string, string> | undefined, now: number): Promise<SecretRecord | undefined> {
+    return this.tx(async (c) => {
+      // The row lock orders concurrent updates: each reads the number the one before it wrote.
+      const row = (await c.query("SELECT current_version FROM secrets WHERE team = $1 AND id = $2 FOR UPDATE", [team, id])).rows[0] as { current_version: string } | undefined;
+      if (!row) return undefined;
+      const version = Number(row.current_version) + 1;
+      await c.query("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES ($1, $2, $3, $4)", [id, version, seal(version), now]);
+      const updated = await c.query("UPDATE secrets SET current_version = $1, updated_at = $2, metadata = coalesce($3, metadata) WHERE id = $4 RETURNING *", [
+        version,
+        now,
+        metadata ? JSON.stringify(metadata) : null,
+        id,
+      ]);
+      return secretOf(updated.rows[0] as Record<string, unknown>);
+    });
+  }
+
+  async currentSecret(team: string, name: string): Promise<{ record: SecretRecord; version: SealedVersion } | undefined> {
+    const row = (
+      await this.rows(
+        "SELECT s.*, v.secret_id, v.version, v.sealed, v.created_at AS version_created_at FROM secrets s JOIN secret_versions v ON v.secret_id = s.id AND v.version = s.current_version WHERE s.team = $1 AND s.name = $2",
+        [team, name],
+      )
+    )[0];
+    return row ? { record: secretOf(row), version: sealedOf(row) } : undefined;
+  }
+
+  deleteSecret(team: string, id: string): Promise<boolean> {
+    return this.tx(async (c) => {
+      await c.query("DELETE FROM secret_versions WHERE secret_id IN (SELECT id FROM secrets WHERE team = $1 AND id = $2)", [team, id]);
+      return ((await c.query("DELETE FROM secrets WHERE team = $1 AND id = $2", [team, id])).rowCount ?? 0) > 0;
+    });
   }
 
   /**

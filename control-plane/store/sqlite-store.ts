@@ -5,89 +5,14 @@ import { LIVE_STATES, type ListFilter, type SandboxRecord } from "../domain/sand
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import { pidAlive } from "../host/pids.js";
-import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, type Migration } from "./store-common.js";
+import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, sealedOf, secretOf } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { VolumeRecord } from "../domain/volume.js";
+import type { SealedVersion, SecretRecord } from "../domain/secret.js";
 import { nodeOf } from "./store-common.js";
+import { SQLITE_MIGRATIONS } from "./sqlite-migrations.js";
 
-/**
- * The schema, in versions: a store applies those it has not (schema_migrations
- * says which), each in one transaction. Version 1 is the schema before
- * versions were kept: its statements are idempotent, so a data dir from then
- * takes it as it is. Never edit a version that shipped: add one.
- */
-const MIGRATIONS: Migration[] = [
-  { version: 1, name: "sandboxes, api keys, settings, snapshots, templates", statements: [
-  `CREATE TABLE IF NOT EXISTS sandboxes (
-     id TEXT PRIMARY KEY,
-     state TEXT NOT NULL,
-     template_id TEXT NOT NULL,
-     started_at INTEGER NOT NULL,
-     end_at INTEGER NOT NULL,
-     record TEXT NOT NULL
-   )`,
-  `CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes(state, started_at)`,
-  `CREATE TABLE IF NOT EXISTS sandbox_metadata (
-     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
-     key TEXT NOT NULL,
-     value TEXT NOT NULL,
-     PRIMARY KEY (sandbox_id, key)
-   )`,
-  `CREATE TABLE IF NOT EXISTS api_keys (
-     id TEXT PRIMARY KEY,
-     name TEXT NOT NULL,
-     hash TEXT NOT NULL UNIQUE,
-     mask TEXT NOT NULL,
-     created_at INTEGER NOT NULL,
-     last_used_at INTEGER
-   )`,
-  `CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-  `CREATE TABLE IF NOT EXISTS snapshots (
-     id TEXT NOT NULL,
-     tag TEXT NOT NULL,
-     name TEXT,
-     sandbox_id TEXT NOT NULL,
-     created_at INTEGER NOT NULL,
-     record TEXT NOT NULL,
-     PRIMARY KEY (id, tag)
-   )`,
-  `CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots(created_at)`,
-  `CREATE TABLE IF NOT EXISTS templates (
-     id TEXT PRIMARY KEY,
-     created_at INTEGER NOT NULL,
-     record TEXT NOT NULL
-   )`,
-  `CREATE TABLE IF NOT EXISTS template_names (
-     name TEXT PRIMARY KEY,
-     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE
-   )`,
-  `CREATE TABLE IF NOT EXISTS template_builds (
-     id TEXT PRIMARY KEY,
-     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
-     created_at INTEGER NOT NULL,
-     record TEXT NOT NULL
-   )`,
-  `CREATE INDEX IF NOT EXISTS template_builds_template ON template_builds(template_id, created_at)`,
-  `CREATE TABLE IF NOT EXISTS template_tags (
-     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
-     tag TEXT NOT NULL,
-     build_id TEXT NOT NULL,
-     created_at INTEGER NOT NULL,
-     PRIMARY KEY (template_id, tag)
-   )`,
-  ] },
-  { version: 2, name: "sandboxes.node: the host a sandbox runs on", statements: [
-    "ALTER TABLE sandboxes ADD COLUMN node TEXT",
-    "CREATE INDEX sandboxes_node ON sandboxes(node, state)",
-  ] },
-  { version: 3, name: "nodes: the hosts of a fleet, their addresses and heartbeats", statements: [
-    "CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at INTEGER NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)",
-  ] },
-  { version: 4, name: "volumes: storage that outlives sandboxes", statements: [
-    "CREATE TABLE volumes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, record TEXT NOT NULL)",
-  ] },
-];
 
 
 /**
@@ -139,7 +64,7 @@ export class SqliteStore implements Store {
   private migrate(): void {
     this.db.exec("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)");
     const applied = new Set((this.db.all("SELECT version FROM schema_migrations") as { version: number }[]).map((r) => Number(r.version)));
-    for (const m of pendingMigrations(MIGRATIONS, applied)) {
+    for (const m of pendingMigrations(SQLITE_MIGRATIONS, applied)) {
       this.tx(() => {
         for (const stmt of m.statements) this.db.exec(stmt);
         this.db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [m.version, m.name, Date.now()]);
@@ -438,6 +363,53 @@ export class SqliteStore implements Store {
 
   async deleteVolume(id: string): Promise<boolean> {
     return this.db.run("DELETE FROM volumes WHERE id = ?", [id]).changes > 0;
+  }
+
+  async addSecret(r: SecretRecord, first: SealedVersion): Promise<boolean> {
+    return this.tx(() => {
+      const added = this.db.run(
+        "INSERT INTO secrets (id, team, name, current_version, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [r.id, r.team, r.name, r.currentVersion, JSON.stringify(r.metadata), r.createdAt, r.updatedAt],
+      ).changes > 0;
+      if (added) this.db.run("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES (?, ?, ?, ?)", [first.secretId, first.version, first.sealed, first.createdAt]);
+      return added;
+    });
+  }
+
+  async getSecret(team: string, idOrName: string): Promise<SecretRecord | undefined> {
+    const row = this.db.get("SELECT * FROM secrets WHERE team = ? AND (id = ? OR name = ?)", [team, idOrName, idOrName]);
+    return row ? secretOf(row) : undefined;
+  }
+
+  async listSecrets(team: string, opts: { after?: string; limit: number }): Promise<SecretRecord[]> {
+    return this.db.all("SELECT * FROM secrets WHERE team = ? AND name > ? ORDER BY name LIMIT ?", [team, opts.after ?? "", opts.limit]).map(secretOf);
+  }
+
+  async addSecretVersion(team: string, id: string, seal: (version: number) => string, metadata: Record<string, string> | undefined, now: number): Promise<SecretRecord | undefined> {
+    return this.tx(() => {
+      const row = this.db.get("SELECT * FROM secrets WHERE team = ? AND id = ?", [team, id]);
+      if (!row) return undefined;
+      const version = Number(row.current_version) + 1;
+      this.db.run("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES (?, ?, ?, ?)", [id, version, seal(version), now]);
+      this.db.run("UPDATE secrets SET current_version = ?, updated_at = ?, metadata = coalesce(?, metadata) WHERE id = ?", [version, now, metadata ? JSON.stringify(metadata) : null, id]);
+      return secretOf(this.db.get("SELECT * FROM secrets WHERE id = ?", [id])!);
+    });
+  }
+
+  async currentSecret(team: string, name: string): Promise<{ record: SecretRecord; version: SealedVersion } | undefined> {
+    const row = this.db.get(
+      "SELECT s.*, v.secret_id, v.version, v.sealed, v.created_at AS version_created_at FROM secrets s JOIN secret_versions v ON v.secret_id = s.id AND v.version = s.current_version WHERE s.team = ? AND s.name = ?",
+      [team, name],
+    );
+    return row ? { record: secretOf(row), version: sealedOf(row) } : undefined;
+  }
+
+  async deleteSecret(team: string, id: string): Promise<boolean> {
+    return this.tx(() => {
+      const gone = this.db.run("DELETE FROM secrets WHERE team = ? AND id = ?", [team, id]).changes > 0;
+      if (gone) this.db.run("DELETE FROM secret_versions WHERE secret_id = ?", [id]);
+      return gone;
+    });
   }
 
   async initSetting(key: string, value: string): Promise<string> {

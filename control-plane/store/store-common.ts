@@ -1,6 +1,7 @@
 // What the SQLite and Postgres stores share: API keys' form and hashing, and schema versions.
 import { createHash, randomBytes } from "node:crypto";
 import type { NodeRecord } from "../domain/node.js";
+import type { SealedVersion, SecretRecord } from "../domain/secret.js";
 
 /** One version of a store's schema: statements run in one transaction, recorded in schema_migrations. */
 export interface Migration {
@@ -43,4 +44,21 @@ export const LAST_USED_GRANULARITY_MS = 60_000;
 /** A node row: its record as its last heartbeat wrote it, with the state the store keeps (a cordon outlives heartbeats). */
 export function nodeOf(row: { state: string; record: string }): NodeRecord {
   return { ...(JSON.parse(row.record) as NodeRecord), state: row.state === "cordoned" ? "cordoned" : "ready" };
+}
+
+/** A secrets row as both stores read it (numbers may come back as strings from Postgres BIGINT). */
+export function secretOf(row: Record<string, unknown>): SecretRecord {
+  return {
+    id: String(row.id),
+    team: String(row.team),
+    name: String(row.name),
+    currentVersion: Number(row.current_version),
+    metadata: JSON.parse(String(row.metadata)) as Record<string, string>,
+    createdAt: Number(row.created_at),
+    updatedAt: Number(row.updated_at),
+  };
+}
+
+export function sealedOf(row: Record<string, unknown>): SealedVersion {
+  return { secretId: String(row.secret_id), version: Number(row.version), sealed: String(row.sealed), createdAt: Number(row.version_created_at ?? row.created_at) };
 }

@@ -3,6 +3,7 @@ import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import type { VolumeRecord } from "../domain/volume.js";
+import type { SealedVersion, SecretRecord } from "../domain/secret.js";
 
 export interface ApiKeyInfo {
   id: string;
@@ -84,6 +85,23 @@ export interface Store {
   /** Oldest first (then by id). */
   listVolumes(): Promise<VolumeRecord[]>;
   deleteVolume(id: string): Promise<boolean>;
+
+  /** Inserts a secret and its first version; false (nothing written) when its name is taken in its team. */
+  addSecret(record: SecretRecord, first: SealedVersion): Promise<boolean>;
+  /** A team's secret by id or by (lower-case) name. */
+  getSecret(team: string, idOrName: string): Promise<SecretRecord | undefined>;
+  /** A team's secrets by name, those after `after` (a name) when given, at most `limit`. */
+  listSecrets(team: string, opts: { after?: string; limit: number }): Promise<SecretRecord[]>;
+  /**
+   * Appends a version (its value sealed by `seal` for the number it gets),
+   * makes it current and, when given, replaces the metadata; undefined when
+   * the team has no such secret. Concurrent updates each get their own number.
+   */
+  addSecretVersion(team: string, id: string, seal: (version: number) => string, metadata: Record<string, string> | undefined, now: number): Promise<SecretRecord | undefined>;
+  /** A secret (by name) with its current version's sealed value. */
+  currentSecret(team: string, name: string): Promise<{ record: SecretRecord; version: SealedVersion } | undefined>;
+  /** The secret and all its versions; false when the team had no such secret. */
+  deleteSecret(team: string, id: string): Promise<boolean>;
 
   /** Small server settings (e.g. the token seed), kept across restarts. */
   getSetting(key: string): Promise<string | undefined>;

@@ -10,7 +10,8 @@ import http from "node:http";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CommandExitError, Sandbox, Template, Volume } from "e2b";
+import { CommandExitError, Sandbox, Secret, SecretNotFoundError, Template, Volume } from "e2b";
+import pgLib from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
@@ -22,6 +23,8 @@ const missing = postgresMissing() ?? (process.getuid?.() !== 0 ? "the process ru
 if (missing) console.warn(`fleet.test.ts: skipping: ${missing}`);
 
 const TOKEN = randomBytes(32).toString("hex");
+/** Every replica and node has the same secrets key. */
+const SECRETS_KEY = randomBytes(32).toString("base64");
 
 /** A request with a Host of our choosing (getHost's `<port>-<id>.<domain>`), as a browser on wildcard DNS sends it. */
 function get(base: string, host: string, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
@@ -58,7 +61,7 @@ describe.skipIf(missing !== undefined)("a fleet: two nodes, two API replicas, on
   let key: string;
   const nodeDirs: Record<string, string> = {};
   const nodes: Record<string, Served> = {};
-  const env = () => ({ LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: TOKEN, LOCALE2B_NO_IMAGE_BUILD: "1" });
+  const env = () => ({ LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: TOKEN, LOCALE2B_NO_IMAGE_BUILD: "1", LOCALE2B_SECRETS_KEY: SECRETS_KEY });
   let n2Images: string;
   const startApi = async () => {
     const s = await startCli(["api", "--port", "0", "--host", "127.0.0.1"], env(), /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/);
@@ -356,6 +359,25 @@ EOF`,
       }
     }
   }, 180_000);
+
+  it("secrets through either replica, from the shared store: made through one, read, updated, listed and deleted through the other; sealed in Postgres", async () => {
+    const value = `fleet-canary-${randomBytes(8).toString("hex")}`;
+    const s = await Secret.create("fleet-secret", value, opts(api1));
+    expect((await Secret.getInfo("FLEET-SECRET", opts(api2))).secretId).toBe(s.secretId);
+    expect((await Secret.update(s.secretId, `${value}-2`, opts(api2))).version).toBe(2);
+    expect((await Secret.list(opts(api1)).nextItems()).map((x) => [x.name, x.version])).toEqual([["fleet-secret", 2]]);
+    const c = new pgLib.Client({ connectionString: db });
+    await c.connect();
+    try {
+      const dump = JSON.stringify((await c.query("SELECT s.*, v.* FROM secrets s JOIN secret_versions v ON v.secret_id = s.id")).rows);
+      expect(dump).toContain(s.secretId);
+      expect(dump).not.toContain(value);
+    } finally {
+      await c.end();
+    }
+    expect(await Secret.destroy("fleet-secret", opts(api2))).toBe(true);
+    await expect(Secret.getInfo(s.secretId, opts(api1))).rejects.toBeInstanceOf(SecretNotFoundError);
+  });
 
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");

@@ -255,8 +255,46 @@ for (const kind of kinds) {
       expect((await store.listVolumes()).map((v) => v.name)).toEqual(["cache-1", "data"]);
     });
 
+    it("keeps secrets per team, one per name, in versions; a delete takes every version", async () => {
+      const sec = (id: string, name: string, team = "local") => ({ id, team, name, currentVersion: 1, metadata: { env: "prod" }, createdAt: 5, updatedAt: 5 });
+      const first = (id: string) => ({ secretId: id, version: 1, sealed: `sealed-${id}-1`, createdAt: 5 });
+      expect(await store.addSecret(sec("sec_b", "openai"), first("sec_b"))).toBe(true);
+      expect(await store.addSecret(sec("sec_a", "github"), first("sec_a"))).toBe(true);
+      // The name is taken in this team (nothing written), free in another.
+      expect(await store.addSecret(sec("sec_c", "openai"), first("sec_c"))).toBe(false);
+      expect(await store.getSecret("local", "sec_c")).toBeUndefined();
+      expect(await store.addSecret(sec("sec_o", "openai", "other"), first("sec_o"))).toBe(true);
+      expect(await store.getSecret("local", "openai")).toEqual(sec("sec_b", "openai"));
+      expect((await store.getSecret("local", "sec_a"))?.name).toBe("github");
+      expect(await store.getSecret("other", "sec_a")).toBeUndefined();
+      // Paged by name.
+      expect((await store.listSecrets("local", { limit: 1 })).map((s) => s.name)).toEqual(["github"]);
+      expect((await store.listSecrets("local", { limit: 5, after: "github" })).map((s) => s.name)).toEqual(["openai"]);
+      expect((await store.listSecrets("other", { limit: 5 })).map((s) => s.id)).toEqual(["sec_o"]);
+      // Concurrent updates each get their own number; the seal is asked for the number it gets.
+      const asked: number[] = [];
+      const bumps = await Promise.all([1, 2, 3].map((i) => store.addSecretVersion("local", "sec_b", (v) => (asked.push(v), `sealed-b-${v}-${i}`), i === 3 ? { env: "dev" } : undefined, 10 + i)));
+      expect(bumps.map((b) => b!.currentVersion).sort()).toEqual([2, 3, 4]);
+      expect(asked.sort()).toEqual([2, 3, 4]);
+      const cur = await store.currentSecret("local", "openai");
+      expect(cur?.record.currentVersion).toBe(4);
+      expect(cur?.version).toMatchObject({ secretId: "sec_b", version: 4 });
+      expect(cur?.version.sealed).toMatch(/^sealed-b-4-/);
+      // Only the update that gave metadata replaced it.
+      expect(cur?.record.metadata).toEqual({ env: "dev" });
+      expect(await store.addSecretVersion("other", "sec_b", () => "x", undefined, 20)).toBeUndefined();
+      expect(await store.currentSecret("local", "nope")).toBeUndefined();
+      expect(await store.deleteSecret("other", "sec_b")).toBe(false);
+      expect(await store.deleteSecret("local", "sec_b")).toBe(true);
+      expect(await store.deleteSecret("local", "sec_b")).toBe(false);
+      expect(await store.currentSecret("local", "openai")).toBeUndefined();
+      // Its name is free again, and starts at version 1.
+      expect(await store.addSecret(sec("sec_d", "openai"), first("sec_d"))).toBe(true);
+      expect((await store.currentSecret("local", "openai"))?.version).toMatchObject({ secretId: "sec_d", version: 1, sealed: "sealed-sec_d-1" });
+    });
+
     it("records its schema versions, and opening again applies none twice", async () => {
-      expect(await store.schemaVersions()).toEqual([1, 2, 3, 4]);
+      expect(await store.schemaVersions()).toEqual([1, 2, 3, 4, 5]);
     });
   });
 }
@@ -272,7 +310,7 @@ describe("schema versions", () => {
     old.run("INSERT INTO sandboxes VALUES (?, ?, ?, ?, ?, ?)", ["old1", "running", "base", 1, 2, JSON.stringify(sandbox("old1"))]);
     old.close();
     const store = new SqliteStore(path);
-    expect(await store.schemaVersions()).toEqual([1, 2, 3, 4]);
+    expect(await store.schemaVersions()).toEqual([1, 2, 3, 4, 5]);
     expect(await store.getSandbox("old1")).toEqual(sandbox("old1"));
     await store.putSandbox(sandbox("new1", { node: "n1" }));
     expect((await store.listSandboxes({ node: "n1" })).map((r) => r.id)).toEqual(["new1"]);
@@ -287,13 +325,13 @@ describe("schema versions", () => {
     const db = new sqlite.Database(path);
     db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     db.close();
-    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(4\): run the newer locale2b/);
+    expect(() => new SqliteStore(path)).toThrow(/schema version 99, newer than this locale2b knows \(5\): run the newer locale2b/);
   });
 
   it.skipIf(missing !== undefined)("postgres: replicas starting together migrate once; a newer database is refused", async () => {
     const url = await server!.database();
     const stores = await Promise.all([1, 2, 3, 4].map(() => PgStore.open(url, { max: 2 })));
-    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2, 3, 4]);
+    for (const s of stores) expect(await s.schemaVersions()).toEqual([1, 2, 3, 4, 5]);
     // One token seed for every replica, whichever wrote first.
     const seeds = await Promise.all(stores.map((s, i) => s.initSetting("token_seed", `seed-${i}`)));
     expect(new Set(seeds).size).toBe(1);
@@ -302,7 +340,7 @@ describe("schema versions", () => {
     await c.connect();
     await c.query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'from the future', 0)");
     await c.end();
-    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(4\)/);
+    await expect(PgStore.open(url)).rejects.toThrow(/schema version 99, newer than this locale2b knows \(5\)/);
   });
 
   it.skipIf(missing !== undefined)("postgres: a server that cannot be reached is a clear error, with no password in it", async () => {

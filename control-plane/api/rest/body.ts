@@ -10,10 +10,10 @@ const DRAIN_LIMIT = 64 * 1024 * 1024;
 /**
  * Reads a JSON request body (Content-Length or chunked, as the JS SDK sends
  * it). An empty body reads as `{}`; a body that is not a JSON object is a
- * 400, one over `limit` bytes a 413. An oversized body is still read (and
+ * 400, one over `limit` bytes a 413 (`secret`: its 400 never quotes the body). An oversized body is still read (and
  * dropped), so that the client gets to read the 413 instead of a reset.
  */
-export async function readJsonObject(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<Record<string, unknown>> {
+export async function readJsonObject(req: IncomingMessage, limit = MAX_BODY_BYTES, opts: { secret?: boolean } = {}): Promise<Record<string, unknown>> {
   const declared = Number(req.headers["content-length"] ?? NaN);
   if (declared > DRAIN_LIMIT) throw tooLarge(limit);
   if (req.readableEnded) return {};
@@ -53,6 +53,8 @@ export async function readJsonObject(req: IncomingMessage, limit = MAX_BODY_BYTE
   try {
     value = JSON.parse(text);
   } catch (err) {
+    // A body that carries a secret: the parser's message may quote it, so only what to do is said.
+    if (opts.secret) throw new HttpError(400, "invalid JSON body: send a JSON object (the parser's message is not shown: the body carries a secret)");
     throw new HttpError(400, `invalid JSON body: ${(err as Error).message}`);
   }
   if (value === null) return {};
@@ -147,4 +149,12 @@ export class Fields {
     if (!Array.isArray(v)) this.bad(name, "an array");
     return v;
   }
+}
+
+/** A page size query parameter: 1 to 100, default 100 (E2B's paginationLimit). */
+export function parseLimit(raw: string | null): number {
+  if (raw === null || raw === "") return 100;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 100) throw new HttpError(400, `invalid limit '${raw}': expected an integer from 1 to 100`);
+  return n;
 }

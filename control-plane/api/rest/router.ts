@@ -7,6 +7,7 @@ import { lifecycleRoutes } from "./lifecycle.js";
 import { logRoutes } from "./logs.js";
 import { metricRoutes } from "./metrics.js";
 import { sandboxByIdRoutes, sandboxRoutes } from "./sandboxes.js";
+import { secretRoutes } from "./secrets.js";
 import { snapshotRoutes } from "./snapshots.js";
 import { templateRoutes } from "./templates.js";
 import { volumeContentRoutes } from "./volume-content.js";
@@ -19,8 +20,14 @@ export interface RestContext {
   params: Record<string, string>;
   query: URLSearchParams;
   deps: ApiDeps;
-  /** What the request's audit entry records beside the route (a create names its new sandbox here). */
-  note?: { sandboxId?: string };
+  /** What the request's audit entry records beside the route (a create names its new sandbox here; safe facts in details). */
+  note?: AuditNote;
+}
+
+export interface AuditNote {
+  sandboxId?: string;
+  /** Ids, names, versions: never a key, a token or a secret's value. */
+  details?: Record<string, unknown>;
 }
 
 export type Handler = (ctx: RestContext) => Promise<void>;
@@ -104,6 +111,7 @@ function auditRequest(deps: ApiDeps, res: ServerResponse, a: Audited, t0: number
     result: status < 400 ? "ok" : "error",
     status,
     ...(a.error && status >= 400 ? { message: a.error } : {}),
+    ...(a.note.details ? { details: a.note.details } : {}),
     duration_ms: Math.round(performance.now() - t0),
   });
 }
@@ -112,7 +120,7 @@ interface Audited {
   action: string;
   actor: string;
   sandboxId?: string;
-  note: { sandboxId?: string };
+  note: AuditNote;
   error?: string;
 }
 
@@ -133,6 +141,7 @@ export function createRestApi(deps: ApiDeps): (req: IncomingMessage, res: Server
     ...templateRoutes,
     ...volumeRoutes,
     ...volumeContentRoutes,
+    ...secretRoutes,
   );
   return async (req, res) => {
     const t0 = performance.now();

@@ -1,7 +1,7 @@
 import { performance } from "node:perf_hooks";
 import type { CreateSandboxInput, SandboxRecord, SandboxState } from "../../domain/sandbox.js";
 import type { VolumeMount } from "../../domain/volume.js";
-import { Fields, readJsonObject } from "./body.js";
+import { Fields, parseLimit, readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
 import { parseNetworkConfig } from "./network-body.js";
 import type { RestContext, Route } from "./router.js";
@@ -103,13 +103,6 @@ function parseStates(query: URLSearchParams): ApiState[] {
     if (s !== "running" && s !== "paused") throw new HttpError(400, `invalid state '${s}': expected running or paused`);
   }
   return states.length ? [...new Set(states as ApiState[])] : ["running", "paused"];
-}
-
-function parseLimit(raw: string | null): number {
-  if (raw === null || raw === "") return 100;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 100) throw new HttpError(400, `invalid limit '${raw}': expected an integer from 1 to 100`);
-  return n;
 }
 
 /** Opaque page cursor: the sort key (startedAt, id) of the last item handed out. */

@@ -7,7 +7,7 @@ import { toSnapshotInfo } from "../../snapshots/names.js";
 import type { SnapshotService } from "../../snapshots/snapshot-service.js";
 import { pageSnapshots } from "../../snapshots/paging.js";
 import type { ApiDeps } from "../deps.js";
-import { Fields, readJsonObject } from "./body.js";
+import { Fields, parseLimit, readJsonObject } from "./body.js";
 import { HttpError, httpErrorFrom, sendJson } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
 import { toSandbox } from "./serialize.js";
@@ -27,13 +27,6 @@ async function createSnapshot({ req, res, params, deps }: RestContext): Promise<
   // `memory` (newer SDKs: Python's mode="filesystem" sends false): the kind asked for; absent, the best the runtime takes.
   const snap = await service(deps).create(params.sandboxID!, name === "" ? undefined : name, f.bool("memory"));
   sendJson(res, 201, toSnapshotInfo(snap));
-}
-
-function parseLimit(raw: string | null): number {
-  if (raw === null || raw === "") return 100;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 100) throw new HttpError(400, `invalid limit '${raw}': expected an integer from 1 to 100`);
-  return n;
 }
 
 async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {

@@ -1,0 +1,98 @@
+import type { Migration } from "./store-common.js";
+
+/**
+ * The schema, in versions: a store applies those it has not (schema_migrations
+ * says which), each in one transaction. Version 1 is the schema before
+ * versions were kept: its statements are idempotent, so a data dir from then
+ * takes it as it is. Never edit a version that shipped: add one.
+ */
+export const SQLITE_MIGRATIONS: Migration[] = [
+  { version: 1, name: "sandboxes, api keys, settings, snapshots, templates", statements: [
+  `CREATE TABLE IF NOT EXISTS sandboxes (
+     id TEXT PRIMARY KEY,
+     state TEXT NOT NULL,
+     template_id TEXT NOT NULL,
+     started_at INTEGER NOT NULL,
+     end_at INTEGER NOT NULL,
+     record TEXT NOT NULL
+   )`,
+  `CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes(state, started_at)`,
+  `CREATE TABLE IF NOT EXISTS sandbox_metadata (
+     sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+     key TEXT NOT NULL,
+     value TEXT NOT NULL,
+     PRIMARY KEY (sandbox_id, key)
+   )`,
+  `CREATE TABLE IF NOT EXISTS api_keys (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL,
+     hash TEXT NOT NULL UNIQUE,
+     mask TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     last_used_at INTEGER
+   )`,
+  `CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+  `CREATE TABLE IF NOT EXISTS snapshots (
+     id TEXT NOT NULL,
+     tag TEXT NOT NULL,
+     name TEXT,
+     sandbox_id TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL,
+     PRIMARY KEY (id, tag)
+   )`,
+  `CREATE INDEX IF NOT EXISTS snapshots_created ON snapshots(created_at)`,
+  `CREATE TABLE IF NOT EXISTS templates (
+     id TEXT PRIMARY KEY,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL
+   )`,
+  `CREATE TABLE IF NOT EXISTS template_names (
+     name TEXT PRIMARY KEY,
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE
+   )`,
+  `CREATE TABLE IF NOT EXISTS template_builds (
+     id TEXT PRIMARY KEY,
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
+     created_at INTEGER NOT NULL,
+     record TEXT NOT NULL
+   )`,
+  `CREATE INDEX IF NOT EXISTS template_builds_template ON template_builds(template_id, created_at)`,
+  `CREATE TABLE IF NOT EXISTS template_tags (
+     template_id TEXT NOT NULL REFERENCES templates(id) ON DELETE CASCADE,
+     tag TEXT NOT NULL,
+     build_id TEXT NOT NULL,
+     created_at INTEGER NOT NULL,
+     PRIMARY KEY (template_id, tag)
+   )`,
+  ] },
+  { version: 2, name: "sandboxes.node: the host a sandbox runs on", statements: [
+    "ALTER TABLE sandboxes ADD COLUMN node TEXT",
+    "CREATE INDEX sandboxes_node ON sandboxes(node, state)",
+  ] },
+  { version: 3, name: "nodes: the hosts of a fleet, their addresses and heartbeats", statements: [
+    "CREATE TABLE nodes (name TEXT PRIMARY KEY, heartbeat_at INTEGER NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)",
+  ] },
+  { version: 4, name: "volumes: storage that outlives sandboxes", statements: [
+    "CREATE TABLE volumes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL, record TEXT NOT NULL)",
+  ] },
+  { version: 5, name: "secrets: write-only values in versions, sealed with a key kept outside the database", statements: [
+    `CREATE TABLE secrets (
+       id TEXT PRIMARY KEY,
+       team TEXT NOT NULL,
+       name TEXT NOT NULL,
+       current_version INTEGER NOT NULL,
+       metadata TEXT NOT NULL,
+       created_at INTEGER NOT NULL,
+       updated_at INTEGER NOT NULL,
+       UNIQUE (team, name)
+     )`,
+    `CREATE TABLE secret_versions (
+       secret_id TEXT NOT NULL REFERENCES secrets(id) ON DELETE CASCADE,
+       version INTEGER NOT NULL,
+       sealed TEXT NOT NULL,
+       created_at INTEGER NOT NULL,
+       PRIMARY KEY (secret_id, version)
+     )`,
+  ] },
+];
