@@ -5,7 +5,7 @@
 // Ready and not cordoned (`kubectl cordon`). Leases and Nodes are listed every
 // heartbeat. When the Kubernetes API cannot be read for a while, the nodes'
 // own heartbeats in the store stand in (an apiserver outage must not make
-// every node look lost).
+// every node look lost); the Nodes last seen cordoned or not Ready stay out.
 import type { Logger } from "pino";
 import { NODE_HEARTBEAT_MS, NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { kubeGet, type InCluster } from "./kubernetes-client.js";
@@ -82,14 +82,16 @@ export class KubernetesNodes {
 
   /**
    * The records as Kubernetes sees them: `heartbeatAt` is the Lease's last
-   * renewal (0 without a Lease: lost), and a node whose Node is cordoned or
-   * not Ready is `cordoned` (it keeps its sandboxes, takes no creates).
+   * renewal (0 without a Lease: lost; the store's heartbeat while the API
+   * cannot be read), and a node whose Node is (last seen) cordoned or not
+   * Ready is `cordoned` (it keeps its sandboxes, takes no creates).
    */
   view(records: NodeRecord[], now = Date.now()): NodeRecord[] {
-    if (!this.current(now)) return records;
+    const current = this.current(now);
     return records.map((n) => {
+      // A Node last seen cordoned or not Ready stays out through an outage of the Kubernetes API too.
       const why = this.unschedulable.get(n.name);
-      return { ...n, heartbeatAt: this.renewed.get(n.name) ?? 0, ...(why ? { state: "cordoned" as const } : {}) };
+      return { ...n, ...(current ? { heartbeatAt: this.renewed.get(n.name) ?? 0 } : {}), ...(why ? { state: "cordoned" as const } : {}) };
     });
   }
 
