@@ -1,5 +1,6 @@
 // The test cluster from a shell (run through scripts/k8s/cluster.sh):
 //   up [--name N] [--nodes 2] [--state-dir DIR] [--replace]   bring it up; print where it is and the timings
+//      [--apiserver-only]                                    etcd and kube-apiserver only (with --nodes 0: no nodes)
 //   down [--name N | --state-dir DIR] [--keep-state]         take it down; exit 1 if anything is left behind
 //   status [--name N | --state-dir DIR]                      nodes, addresses, kubeconfig
 //   import TAR [--name N]                                    import an image tar into every node's containerd
@@ -24,7 +25,7 @@ for (let i = 0; i < rest.length; i++) {
   }
   if (a.startsWith("--")) {
     const key = a.slice(2);
-    if (["replace", "keep-state"].includes(key)) flags[key] = true;
+    if (["replace", "keep-state", "apiserver-only"].includes(key)) flags[key] = true;
     else flags[key] = rest[++i] ?? "";
   } else positional.push(a);
 }
@@ -34,7 +35,7 @@ const stateDir = typeof flags["state-dir"] === "string" ? flags["state-dir"] : d
 async function main(): Promise<number> {
   switch (command) {
     case "up": {
-      const c = await upCluster({ name, nodes: Number(flags.nodes ?? 2), stateDir, replace: flags.replace === true, progress: true });
+      const c = await upCluster({ name, nodes: Number(flags.nodes ?? 2), stateDir, replace: flags.replace === true, apiserverOnly: flags["apiserver-only"] === true, progress: true });
       console.log(await clusterStatus(c.layout.stateDir));
       console.log(`export KUBECONFIG=${c.kubeconfig}`);
       return 0;
@@ -71,7 +72,7 @@ async function main(): Promise<number> {
       console.log((await buildBinaries({ progress: true })).dir);
       return 0;
     default:
-      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|stop-node NODE|start-node NODE|build [--name N] [--nodes N] [--state-dir DIR] [--replace] [--keep-state]");
+      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|stop-node NODE|start-node NODE|build [--name N] [--nodes N] [--apiserver-only] [--state-dir DIR] [--replace] [--keep-state]");
       return 2;
   }
 }

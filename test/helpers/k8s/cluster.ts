@@ -33,6 +33,8 @@ export interface UpOptions {
   /** Print the build's progress (a cold build takes a while). */
   progress?: boolean;
   readyTimeoutMs?: number;
+  /** etcd and kube-apiserver only (control-plane.ts); with `nodes: 0`, no node at all. */
+  apiserverOnly?: boolean;
 }
 
 export async function upCluster(opts: UpOptions): Promise<Cluster> {
@@ -60,15 +62,17 @@ export async function upCluster(opts: UpOptions): Promise<Cluster> {
   try {
     await setupNetwork(layout);
     lap("network");
-    const cp = await startControlPlane(layout);
+    const cp = await startControlPlane(layout, { apiserverOnly: opts.apiserverOnly });
     lap("controlPlane");
     await Promise.all(layout.nodes.map((n) => startNode(layout, n, cp)));
     lap("nodesStarted");
     await waitFor("every node to be Ready", async () => ((await notReadyNodes(layout)).length === 0 ? true : undefined), opts.readyTimeoutMs ?? 90_000, 250);
     lap("nodesReady");
     // Pods cannot be created before the controller-manager has made the namespace's default ServiceAccount.
-    await waitFor("the default ServiceAccount", async () => ((await adminGet(layout, "/api/v1/namespaces/default/serviceaccounts/default")).status === 200 ? true : undefined), 30_000, 100);
-    lap("serviceAccount");
+    if (!opts.apiserverOnly) {
+      await waitFor("the default ServiceAccount", async () => ((await adminGet(layout, "/api/v1/namespaces/default/serviceaccounts/default")).status === 200 ? true : undefined), 30_000, 100);
+      lap("serviceAccount");
+    }
   } catch (e) {
     const why = (e as Error).message;
     const logs = join(stateDir, "logs");

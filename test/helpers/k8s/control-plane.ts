@@ -59,7 +59,16 @@ export interface ControlPlane {
   nodeKubeconfig(node: string, kind: "kubelet" | "kube-proxy"): Promise<string>;
 }
 
-export async function startControlPlane(l: ClusterLayout): Promise<ControlPlane> {
+export interface ControlPlaneOptions {
+  /**
+   * etcd and kube-apiserver only: no controller-manager (nothing marks a silent node NotReady, makes
+   * ServiceAccounts' defaults or runs Deployments) and no scheduler. For tests of the API alone, such as
+   * simulated nodes (kwok) that need no kubelet.
+   */
+  apiserverOnly?: boolean;
+}
+
+export async function startControlPlane(l: ClusterLayout, opts: ControlPlaneOptions = {}): Promise<ControlPlane> {
   const bin = (b: string) => join(l.binDir, b);
   mkdirSync(join(l.stateDir, "logs"), { recursive: true });
   const pki = await createCA(join(l.stateDir, "pki"));
@@ -108,6 +117,7 @@ export async function startControlPlane(l: ClusterLayout): Promise<ControlPlane>
     "--kubelet-preferred-address-types=InternalIP",
     "--profiling=false",
   ], async () => (await get(`${l.apiserverURL}/readyz`, { ca: pki.caCert, cert: admin.cert, key: admin.key })).status === 200, 120_000);
+  if (opts.apiserverOnly) return controlPlaneOf(l);
 
   await Promise.all([
     component(l, "kube-controller-manager", bin("kube-controller-manager"), [

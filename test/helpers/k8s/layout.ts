@@ -90,7 +90,7 @@ function octetsInUse(): Set<number> {
 export function planCluster(opts: { name: string; nodes: number; stateDir?: string; binDir: string; pauseTar: string; pauseRef: string }): ClusterLayout {
   const { name } = opts;
   if (!NAME_PATTERN.test(name)) throw new Error(`cluster name ${JSON.stringify(name)}: use 1-20 of a-z, 0-9 and '-'`);
-  if (opts.nodes < 1 || opts.nodes > 9) throw new Error(`nodes: 1 to 9, not ${opts.nodes}`);
+  if (!Number.isInteger(opts.nodes) || opts.nodes < 0 || opts.nodes > 9) throw new Error(`nodes: 0 (control plane only) to 9, not ${opts.nodes}`);
   const id = createHash("sha256").update(name).digest("hex").slice(0, 6);
   const used = octetsInUse();
   const start = 100 + (parseInt(id, 16) % 100);
