@@ -30,7 +30,6 @@ export async function signalProcess(ctx: WsContext): Promise<void> {
   if (signal === undefined) throw new WsError(400, "invalid_request", `field 'signal' must be SIGTERM (the default) or SIGKILL, got '${name}'`);
   const { target } = await ctx.deps.workspaces.target(ctx.params.id!);
   await ctx.deps.rpc.client(Process, target).sendSignal({ process: { selector: { case: "pid", value: pid } }, signal });
-  ctx.audit.details!.pid = pid;
-  ctx.audit.details!.signal = name;
+  ctx.audit.details = { ...ctx.audit.details, pid, signal: name };
   sendJson(ctx.res, 200, { sandbox_id: ctx.params.id, pid, signal: name });
 }
