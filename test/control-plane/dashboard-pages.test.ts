@@ -80,6 +80,17 @@ describe.skipIf(skip !== undefined)(`the dashboard's pages in Chromium${skip ? `
     expect(await page.locator("[data-testid=processes] .error").count()).toBe(0);
     expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(proc.pid);
     await expect(proc.wait()).rejects.toThrow();
+    // Bad input to the signal route: a clear 400, and 404 for a process that is gone.
+    const { csrf_token } = (await (await context.request.get(`${cp.url}/dashboard/session`)).json()) as { csrf_token: string };
+    const signal = (pid: string, body: unknown) =>
+      context.request.post(`${cp.url}/dashboard/api/workspace/sandboxes/${sbx.sandboxId}/processes/${pid}/signal`, { headers: { "x-csrf-token": csrf_token }, data: body });
+    const badPid = await signal("abc", { signal: "SIGKILL" });
+    expect(badPid.status()).toBe(400);
+    expect(((await badPid.json()) as { message: string }).message).toContain("is not a process id");
+    const badSignal = await signal(String(proc.pid), { signal: "SIGHUP" });
+    expect(badSignal.status()).toBe(400);
+    expect(((await badSignal.json()) as { message: string }).message).toContain("SIGTERM (the default) or SIGKILL");
+    expect((await signal(String(proc.pid), { signal: "SIGKILL" })).status()).toBe(404);
 
     // Templates: a build started now, its log followed live on the template's page until it is ready.
     const alias = `dash-pages-${process.pid}`;
@@ -167,9 +178,9 @@ describe.skipIf(skip !== undefined)(`the dashboard's pages in Chromium${skip ? `
     );
     const shown = await page.locator("[data-testid=audit-entries] tbody tr").count();
     expect(shown).toBeLessThan(all);
-    const signalRow = page.locator('[data-audit-action="POST /sandboxes/:id/processes/:pid/signal"]');
-    expect(await signalRow.count()).toBe(1);
-    expect(await signalRow.locator("td.ok").innerText()).toBe("200");
+    // The kill from the page (200), then the three bad calls (400, 400, 404), newest first.
+    const signalResults = await page.locator('[data-audit-action="POST /sandboxes/:id/processes/:pid/signal"] td.ok, [data-audit-action="POST /sandboxes/:id/processes/:pid/signal"] td.error').allInnerTexts();
+    expect(signalResults).toEqual(["404", "400", "400", "200"]);
     await shot(page, "15-audit");
     const [download] = await Promise.all([page.waitForEvent("download"), page.locator("a[data-action=export-csv]").click()]);
     expect(download.suggestedFilename()).toBe("locale2b-audit.csv");
