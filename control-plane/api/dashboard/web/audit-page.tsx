@@ -56,7 +56,9 @@ export function AuditPage() {
         class="filters audit-filters"
         onSubmit={(e) => {
           e.preventDefault();
-          setApplied(draft);
+          // The same filters again: the newest entries again.
+          if (query(draft) === q) entries.reload();
+          else setApplied(draft);
         }}
       >
         {field("actor", "key id (key_…)")}
