@@ -34,8 +34,13 @@ export interface AuditQuery {
   sinceMs?: number;
   untilMs?: number;
   afterId?: number;
+  /** Newest first: entries with an id below this one (0 or absent: from the newest). */
+  beforeId?: number;
+  newestFirst?: boolean;
   sandboxId?: string;
   actor?: string;
+  /** Entries whose action contains this text (`pause`, `POST /sandboxes`, `exec.`). */
+  action?: string;
   limit: number;
 }
 
@@ -87,6 +92,10 @@ export class AuditLog {
     this.db.flush();
     const where = ["id > ?"];
     const params: (string | number)[] = [q.afterId ?? 0];
+    if (q.beforeId) {
+      where.push("id < ?");
+      params.push(q.beforeId);
+    }
     if (q.sinceMs !== undefined) {
       where.push("time >= ?");
       params.push(q.sinceMs);
@@ -103,8 +112,12 @@ export class AuditLog {
       where.push("actor = ?");
       params.push(q.actor);
     }
+    if (q.action) {
+      where.push("instr(action, ?) > 0");
+      params.push(q.action);
+    }
     return this.db
-      .all<{ body: string }>(`SELECT body FROM audit WHERE ${where.join(" AND ")} ORDER BY id LIMIT ${Math.max(1, Math.floor(q.limit))}`, params)
+      .all<{ body: string }>(`SELECT body FROM audit WHERE ${where.join(" AND ")} ORDER BY id${q.newestFirst ? " DESC" : ""} LIMIT ${Math.max(1, Math.floor(q.limit))}`, params)
       .map((r) => JSON.parse(r.body) as AuditEntry);
   }
 

@@ -8,7 +8,7 @@ import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
 import { WarmPools } from "./warm-pools.js";
 import type { SandboxBoot } from "../domain/template.js";
 import { removeLeftovers } from "./leftovers.js";
-import type { ManagerOptions } from "./options.js";
+import type { ManagerLimits, ManagerOptions } from "./options.js";
 import { LifecycleBus } from "./events.js";
 import { deriveToken, newSandboxId } from "./ids.js";
 import { SnapshotUnusableError } from "../runtimes/errors.js";
@@ -125,6 +125,10 @@ export class SandboxManager {
 
   /** Starts in progress and waiting, and the limits (metrics). */
   admissionStats = (): AdmissionStats => this.admission.stats();
+
+  /** The host's limits (capacity page) and its warm pools. */
+  get limits(): ManagerLimits { return this.o.limits; }
+  warmPools = () => this.warm.states();
 
   /** Warm sandboxes ready to be handed out (metrics, tests). */
   get warmCount(): number { return this.warm.count; }

@@ -73,6 +73,11 @@ export class WarmPool {
     return this.ready.length;
   }
 
+  /** What the pool holds and wants: its sandboxes ready, starting, and how many it keeps (capacity page). */
+  get state(): { ready: number; starting: number; target: number } {
+    return { ready: this.ready.length, starting: this.starting, target: this.o.size };
+  }
+
   matches(shape: WarmShape, allowInternetAccess: boolean): boolean {
     const s = this.o.shape;
     return (

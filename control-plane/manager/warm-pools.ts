@@ -71,6 +71,11 @@ export class WarmPools {
     for (const [image, e] of this.pools) if (now - e.usedAt > IDLE_MS) await this.drop(image);
   }
 
+  /** Each pool's image and state. */
+  states(): { image: string; ready: number; starting: number; target: number }[] {
+    return [...this.pools.entries()].map(([image, e]) => ({ image, ...e.pool.state }));
+  }
+
   /** Ready sandboxes in every pool. */
   get count(): number {
     let n = 0;

@@ -42,6 +42,20 @@ const API_CALLS: [string, string][] = [
   ["DELETE", "/dashboard/api/e2b/sandboxes/abc"],
   ["POST", "/dashboard/api/e2b/sandboxes/abc/pause"],
   ["POST", "/dashboard/api/e2b/sandboxes/abc/timeout"],
+  // The pages for processes, templates, snapshots, keys, the audit log and capacity.
+  ["GET", "/dashboard/api/workspace/sandboxes/abc/processes"],
+  ["POST", "/dashboard/api/workspace/sandboxes/abc/processes/12/signal"],
+  ["GET", "/dashboard/api/workspace/capacity"],
+  ["GET", "/dashboard/api/workspace/audit?action=pause&format=csv"],
+  ["GET", "/dashboard/api/e2b/templates"],
+  ["GET", "/dashboard/api/e2b/templates/abc"],
+  ["GET", "/dashboard/api/e2b/templates/abc/builds/b1/status?logsOffset=0"],
+  ["DELETE", "/dashboard/api/e2b/templates/abc"],
+  ["GET", "/dashboard/api/e2b/snapshots"],
+  ["POST", "/dashboard/api/e2b/sandboxes"],
+  ["GET", "/dashboard/api/keys"],
+  ["POST", "/dashboard/api/keys"],
+  ["DELETE", "/dashboard/api/keys/key_0123456789ab"],
   ["GET", "/dashboard/api/nothing/here"],
   ["GET", "/dashboard/api"],
 ];
@@ -138,6 +152,16 @@ describe("dashboard sessions and CSRF", () => {
       const a = await send(cp.url, "POST", path, { cookie, ...json, "x-csrf-token": csrf_token, ...from }, body);
       expect(a.status, JSON.stringify(from)).toBe(403);
       expect(JSON.parse(a.body).error).toBe("cross_site");
+    }
+    // The new pages' changes too: without the token, and from another site with it.
+    for (const [method, p] of [["POST", "/dashboard/api/keys"], ["DELETE", "/dashboard/api/keys/key_0123456789ab"], ["POST", "/dashboard/api/workspace/sandboxes/abc/processes/12/signal"], ["DELETE", "/dashboard/api/e2b/templates/abc"], ["POST", "/dashboard/api/e2b/sandboxes"]] as const) {
+      const b = method === "POST" ? "{}" : undefined;
+      expect((await send(cp.url, method, p, { cookie, ...json }, b)).status, `${method} ${p} without token`).toBe(403);
+      const a = await send(cp.url, method, p, { cookie, ...json, "x-csrf-token": csrf_token, origin: "https://evil.example" }, b);
+      expect(a.status, `${method} ${p} cross-site`).toBe(403);
+    }
+    for (const p of ["/dashboard/api/keys", "/dashboard/api/workspace/audit?format=csv", "/dashboard/api/workspace/capacity"]) {
+      expect((await send(cp.url, "GET", p, { cookie, "sec-fetch-site": "cross-site" })).status, p).toBe(403);
     }
     // A cross-site GET (a link, an <img>) with the cookie is refused too.
     expect((await send(cp.url, "GET", "/dashboard/api/workspace/sandboxes", { cookie, "sec-fetch-site": "cross-site" })).status).toBe(403);

@@ -1,36 +1,20 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { findExecutable } from "../../control-plane/host/executables.js";
-import { defaultAssetsDir } from "../../control-plane/api/dashboard/assets.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { browserSkip as skip, launchBrowser, screenshotsDir, signIn as signInAt, watchProblems, type Win } from "../helpers/dashboard-browser.js";
 import { setEnv } from "../helpers/sdk.js";
 
 // The dashboard in a real headless Chromium (Debian's `chromium`, driven by playwright-core; no browser
 // download) against a real server on the process runtime, with sandboxes made by the unmodified E2B SDK.
 // Screenshots of each page go to $LOCALE2B_TEST_ARTIFACTS/dashboard-<random> (default: the temp dir); the
-// path is printed.
+// path is printed. The other pages (processes, templates, snapshots, keys, audit, capacity): dashboard-pages.test.ts.
 
-const browserPath = findExecutable("chromium", process.env.LOCALE2B_CHROMIUM) ?? findExecutable("chromium-browser");
-const skip = !browserPath
-  ? "no Chromium: install Debian's (apt-get install chromium) or set LOCALE2B_CHROMIUM to a Chromium binary"
-  : !existsSync(join(defaultAssetsDir(), "index.html"))
-    ? "the dashboard is not built: npm run build"
-    : undefined;
 if (skip) console.warn(`dashboard browser tests skipped: ${skip}`);
-
-/** The page's globals the functions run in the browser use (this project's type check has no DOM library). */
-interface Win {
-  document: { querySelector(s: string): { innerText: string; getAttribute(name: string): string | null } | null; cookie: string };
-  localStorage: Record<string, string>;
-  sessionStorage: Record<string, string>;
-  location: { href: string };
-}
 
 describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skipped: ${skip})` : ""}`, () => {
   let cp: TestControlPlane;
@@ -42,11 +26,8 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
   beforeAll(async () => {
     cp = await startTestControlPlane({ warmPool: 0, activity: { metricsIntervalMs: 1000 } });
     restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined });
-    const base = process.env.LOCALE2B_TEST_ARTIFACTS ?? tmpdir();
-    mkdirSync(base, { recursive: true });
-    shots = mkdtempSync(join(base, "dashboard-"));
-    console.log(`dashboard screenshots (CI artefacts): ${shots}`);
-    browser = await chromium.launch({ executablePath: browserPath!, headless: true, args: ["--no-sandbox", "--disable-dev-shm-usage", "--no-proxy-server"] });
+    shots = screenshotsDir();
+    browser = await launchBrowser();
   });
 
   afterAll(async () => {
@@ -58,14 +39,7 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
 
   const shot = (page: Page, name: string) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 
-  const signIn = async (context: BrowserContext): Promise<Page> => {
-    const page = await context.newPage();
-    await page.goto(`${cp.url}/dashboard/`);
-    await page.locator("input[name=api_key]").fill(cp.apiKey);
-    await page.locator("button[type=submit]").click();
-    await page.locator("table[data-testid=sandboxes]").waitFor();
-    return page;
-  };
+  const signIn = (context: BrowserContext): Promise<Page> => signInAt(context, cp.url, cp.apiKey);
 
   /** The terminal's screen as text (xterm.js's DOM rows). */
   const screen = (page: Page) => page.locator(".xterm-rows").innerText();
@@ -75,13 +49,8 @@ describe.skipIf(skip !== undefined)(`the dashboard in Chromium${skip ? ` (skippe
   it("signs in, shows an SDK sandbox live, runs a command in its terminal, follows resizes and reloads, kills it, signs out", async () => {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
     const page = await context.newPage();
-    // Script errors and Content-Security-Policy refusals (the page must run under its own CSP); a 401 the
-    // page expects (GET /dashboard/session before sign-in) is logged by Chromium as a failed load: not counted.
-    const problems: string[] = [];
-    page.on("pageerror", (err) => problems.push(`pageerror: ${err.message}`));
-    page.on("console", (m) => {
-      if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console: ${m.text()}`);
-    });
+    // Script errors and Content-Security-Policy refusals (the page must run under its own CSP).
+    const problems = watchProblems(page);
     await page.goto(`${cp.url}/dashboard/`);
     await page.locator("input[name=api_key]").waitFor();
     await shot(page, "01-sign-in");

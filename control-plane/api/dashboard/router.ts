@@ -6,8 +6,10 @@ import { readJsonObject, Fields } from "../rest/body.js";
 import { DashboardAssets, defaultAssetsDir, SECURITY_HEADERS } from "./assets.js";
 import { overTls, readCookie, SESSION_COOKIE, sessionCookie } from "./cookies.js";
 import { API_PREFIX, forward, type GatewayTargets } from "./gateway.js";
+import { KEYS_PATH, keysCall } from "./keys.js";
 import { isSafeMethod, sameOrigin } from "./origin.js";
 import { csrfMatches, DashboardSessions, type DashboardSession, type SessionLimits } from "./sessions.js";
+import { SignInLimiter, type SignInLimits } from "./sign-in-limit.js";
 
 /** Where the dashboard lives on the server's port. */
 export const DASHBOARD_PREFIX = "/dashboard";
@@ -19,6 +21,8 @@ export interface DashboardDeps extends GatewayTargets {
   /** The built page (default: dist/dashboard, scripts/build-dashboard.mjs). */
   assetsDir?: string;
   sessionLimits?: SessionLimits;
+  /** Wrong keys allowed per client address before sign-in answers 429 (default: 10 a minute). */
+  signInLimits?: SignInLimits;
 }
 
 export interface Dashboard {
@@ -55,6 +59,7 @@ export function createDashboard(deps: DashboardDeps): Dashboard {
   const assets = new DashboardAssets(deps.assetsDir ?? defaultAssetsDir());
   if (!assets.built) log.warn({ dir: assets.dir }, "dashboard: the page is not built (npm run build makes it): /dashboard answers 503");
   const sessions = new DashboardSessions(deps.sessionLimits);
+  const signInLimiter = new SignInLimiter(deps.signInLimits);
 
   const current = (req: IncomingMessage): { id: string; session: DashboardSession } | undefined => {
     const id = readCookie(req, SESSION_COOKIE);
@@ -78,6 +83,14 @@ export function createDashboard(deps: DashboardDeps): Dashboard {
     if (!String(req.headers["content-type"] ?? "").startsWith("application/json")) {
       return refuse(res, 415, "invalid_request", "send the key as JSON: {\"api_key\": \"e2b_…\"} with content-type application/json");
     }
+    // Per client address (the TCP peer: behind a reverse proxy, that proxy's).
+    const address = req.socket.remoteAddress ?? "unknown";
+    const wait = signInLimiter.retryAfterSeconds(address);
+    if (wait > 0) {
+      log.warn({ address, retryAfter: wait }, "dashboard: sign-in refused: too many wrong keys from this address");
+      audit(req, "anonymous", "POST /dashboard/session", 429, "too many wrong keys");
+      return sendJson(res, 429, { error: "rate_limited", message: `too many wrong API keys from this address: try again in ${wait} s`, status: 429 }, { "retry-after": String(wait) });
+    }
     let key: string | undefined;
     try {
       key = new Fields(await readJsonObject(req)).string("api_key")?.trim();
@@ -86,9 +99,11 @@ export function createDashboard(deps: DashboardDeps): Dashboard {
     }
     const info = key ? await deps.store.verifyApiKey(key) : undefined;
     if (!key || !info) {
+      signInLimiter.failed(address);
       audit(req, "anonymous", "POST /dashboard/session", 401, "invalid API key");
       return refuse(res, 401, "unauthenticated", "that is not a valid API key of this server: use the E2B_API_KEY 'serve' printed, or make one with 'locale2b keys create'");
     }
+    signInLimiter.succeeded(address);
     const { id, session } = sessions.create(key, info.id);
     log.info({ keyId: info.id }, "dashboard: signed in");
     audit(req, info.id, "POST /dashboard/session", 200);
@@ -144,6 +159,19 @@ export function createDashboard(deps: DashboardDeps): Dashboard {
         log.warn({ keyId: cur.session.keyId, method, path }, "dashboard: call without its CSRF token refused");
         audit(req, cur.session.keyId, `${method} ${path}`, 403, "missing or wrong X-CSRF-Token");
         return refuse(res, 403, "csrf", "refused: a call that changes something needs the session's X-CSRF-Token header (GET /dashboard/session gives it)");
+      }
+      if (path === KEYS_PATH || path.startsWith(`${KEYS_PATH}/`)) {
+        // The keys are the server's own: a session whose key was revoked meanwhile manages none.
+        if (!(await deps.store.verifyApiKey(cur.session.key))) {
+          sessions.delete(cur.id);
+          return refuse(res, 401, "unauthenticated", NOT_SIGNED_IN);
+        }
+        const answer = await keysCall(deps.store, req, path.slice(KEYS_PATH.length), cur.session.keyId);
+        if (!isSafeMethod(method)) {
+          if (answer.status < 400) log.info({ keyId: cur.session.keyId, method, target: answer.target }, "dashboard: API key changed");
+          audit(req, cur.session.keyId, `${method} ${KEYS_PATH}${path === KEYS_PATH ? "" : "/:id"}`, answer.status, answer.status >= 400 ? (answer.body as { message: string }).message : answer.target);
+        }
+        return sendJson(res, answer.status, answer.body);
       }
       if (!forward(deps, req, res, path.slice(API_PREFIX.length), url.search, cur.session.key)) {
         return refuse(res, 404, "not_found", `no dashboard API ${path}: the page calls ${API_PREFIX}/e2b/… (E2B REST) and ${API_PREFIX}/workspace/… (workspace API)`);

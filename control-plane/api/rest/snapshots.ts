@@ -1,5 +1,6 @@
 // E2B's snapshot and fork endpoints: POST /sandboxes/{id}/snapshots,
-// GET /snapshots (paged by X-Next-Token) and POST /sandboxes/{id}/fork.
+// GET /snapshots (paged by X-Next-Token; each item also says its sandbox,
+// template, kind, size and time) and POST /sandboxes/{id}/fork.
 // DELETE /templates/{id} (how the SDKs delete a snapshot) and
 // GET /templates/aliases/{alias} are in templates.ts: snapshots answer them too.
 import { ControlPlaneError } from "../../domain/errors.js";
@@ -33,7 +34,9 @@ async function listSnapshots({ res, query, deps }: RestContext): Promise<void> {
   const limit = parseLimit(query.get("limit"));
   const all = await service(deps).list({ sandboxId: query.get("sandboxID") || undefined, name: query.get("name") || undefined });
   const { items, next } = pageSnapshots(all, limit, query.get("nextToken") || undefined);
-  sendJson(res, 200, items.map(toSnapshotInfo), next ? { "x-next-token": next } : {});
+  // E2B's SnapshotInfo, and (locale2b's, for the dashboard) where it came from, when, its kind and size.
+  const info = items.map((s) => ({ ...toSnapshotInfo(s), sandboxID: s.sandboxId, templateID: s.templateId, kind: s.kind, sizeBytes: s.sizeBytes, createdAt: new Date(s.createdAt).toISOString() }));
+  sendJson(res, 200, info, next ? { "x-next-token": next } : {});
 }
 
 function forkError(err: Error): { code: number; message: string } {

@@ -3,6 +3,7 @@ import { performance } from "node:perf_hooks";
 import { apiKeyFromHeaders } from "../auth.js";
 import { Router, type Route } from "../rest/router.js";
 import { exportAudit } from "./audit.js";
+import { capacity } from "./capacity.js";
 import type { WsContext, WsHandler } from "./context.js";
 import type { WorkspaceDeps } from "./deps.js";
 import { sendWsError, wsErrorFrom, WsError } from "./errors.js";
@@ -11,6 +12,7 @@ import { exec } from "./exec.js";
 import { downloadFile, listFiles, readFile, uploadFile, writeFile } from "./files.js";
 import { health } from "./health.js";
 import { sandboxMetrics } from "./metrics.js";
+import { listProcesses, signalProcess } from "./processes.js";
 import { createSandbox, deleteSandbox, getSandbox, listSandboxes, pauseSandbox, resumeSandbox } from "./sandboxes.js";
 import { killSession, listSessions, sessionInput, sessionResize, sessionOutput, sessionStatus, startSession, streamSession } from "./sessions.js";
 
@@ -40,13 +42,16 @@ const ROUTES: Route<WsHandler>[] = [
   { method: "POST", path: "/sandboxes/:id/files/upload", handler: uploadFile },
   { method: "GET", path: "/sandboxes/:id/files/download", handler: downloadFile },
   { method: "GET", path: "/sandboxes/:id/metrics", handler: sandboxMetrics },
+  { method: "GET", path: "/sandboxes/:id/processes", handler: listProcesses },
+  { method: "POST", path: "/sandboxes/:id/processes/:pid/signal", handler: signalProcess },
+  { method: "GET", path: "/capacity", handler: capacity },
   { method: "GET", path: "/events", handler: listEvents },
   { method: "GET", path: "/events/stream", handler: streamEvents },
   { method: "GET", path: "/audit", handler: exportAudit },
 ];
 
 /** Routes that record nothing in the audit log (a health probe is not an operation). */
-const UNAUDITED = new Set(["GET /health"]);
+const UNAUDITED = new Set(["GET /health", "GET /capacity"]);
 
 export interface WorkspaceApi {
   matches(req: IncomingMessage): boolean;

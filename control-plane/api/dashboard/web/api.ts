@@ -120,3 +120,23 @@ export const actions = {
   fork: (id: string, timeout = 300) =>
     call<({ sandbox: { sandboxID: string } } | { error: { code: number; message: string } })[]>("POST", e2b(`/sandboxes/${id}/fork`), { timeout, count: 1 }),
 };
+
+/** An audit log entry (workspace GET /audit). */
+export interface AuditEntry {
+  id: number;
+  time: string;
+  actor: string;
+  api: string;
+  action: string;
+  sandbox_id?: string;
+  result: "ok" | "error";
+  status?: number;
+  message?: string;
+  details?: Record<string, unknown>;
+}
+
+/** Audit entries (the route answers JSON Lines; call() parses a single line as JSON). */
+export async function readAudit(query: string): Promise<AuditEntry[]> {
+  const r = await call<string | AuditEntry>("GET", ws(`/audit?${query}`));
+  return typeof r === "string" ? r.split("\n").filter(Boolean).map((l) => JSON.parse(l) as AuditEntry) : r ? [r] : [];
+}

@@ -1,16 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
-import { call, ws } from "./api";
-
-interface AuditEntry {
-  id: number;
-  time: string;
-  actor: string;
-  api: string;
-  action: string;
-  result: "ok" | "error";
-  status?: number;
-  message?: string;
-}
+import { readAudit, type AuditEntry } from "./api";
 
 /** The sandbox's audit entries (workspace GET /audit?sandbox_id=, JSON Lines), newest first. */
 export function AuditLog({ sandboxId, since }: { sandboxId: string; since: string }) {
@@ -19,13 +8,8 @@ export function AuditLog({ sandboxId, since }: { sandboxId: string; since: strin
   const [version, setVersion] = useState(0);
   useEffect(() => {
     let stopped = false;
-    call<string | AuditEntry>("GET", ws(`/audit?sandbox_id=${encodeURIComponent(sandboxId)}&since=${encodeURIComponent(since)}&limit=5000`)).then(
-      (text) => {
-        if (stopped) return;
-        // One entry is parsed as JSON by call(); several are JSON Lines text.
-        const lines = typeof text === "string" ? text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as AuditEntry) : text ? [text] : [];
-        setEntries(lines.reverse().slice(0, 100));
-      },
+    readAudit(`sandbox_id=${encodeURIComponent(sandboxId)}&since=${encodeURIComponent(since)}&order=newest&limit=100`).then(
+      (lines) => !stopped && setEntries(lines),
       (err: unknown) => !stopped && setError((err as Error).message),
     );
     return () => {

@@ -6,9 +6,54 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { currentSession, onSignedOut, signOut, type SessionInfo } from "./api";
 import { linkProps, navigate, usePath } from "./router";
+import { AuditPage } from "./audit-page";
+import { CapacityPage } from "./capacity-page";
+import { KeysPage } from "./keys-page";
 import { SandboxList } from "./sandbox-list";
 import { SandboxPage } from "./sandbox-page";
 import { SignIn } from "./sign-in";
+import { SnapshotsPage } from "./snapshots-page";
+import { TemplatePage } from "./template-page";
+import { TemplatesPage } from "./templates-page";
+
+/** The page's sections, in the top bar. */
+const SECTIONS: [string, string][] = [
+  ["/dashboard/", "Sandboxes"],
+  ["/dashboard/templates", "Templates"],
+  ["/dashboard/snapshots", "Snapshots"],
+  ["/dashboard/keys", "API keys"],
+  ["/dashboard/audit", "Audit log"],
+  ["/dashboard/capacity", "Capacity"],
+];
+
+/** The page a path shows (unknown paths: the sandbox list). */
+function Page({ path, session }: { path: string; session: SessionInfo }) {
+  const p = path.replace(/\/+$/, "");
+  let m = /^\/dashboard\/sandboxes\/([a-z0-9]+)$/.exec(p);
+  if (m) return <SandboxPage id={m[1]!} key={m[1]} />;
+  m = /^\/dashboard\/templates\/([^/]+)$/.exec(p);
+  if (m) return <TemplatePage id={decodeURIComponent(m[1]!)} key={m[1]} />;
+  switch (p) {
+    case "/dashboard/templates":
+      return <TemplatesPage />;
+    case "/dashboard/snapshots":
+      return <SnapshotsPage />;
+    case "/dashboard/keys":
+      return <KeysPage ownKeyId={session.key_id} />;
+    case "/dashboard/audit":
+      return <AuditPage />;
+    case "/dashboard/capacity":
+      return <CapacityPage />;
+    default:
+      return <SandboxList />;
+  }
+}
+
+/** Which section a path belongs to (a sandbox's page: Sandboxes). */
+function section(path: string): string {
+  const found = SECTIONS.slice(1).find(([p]) => path === p || path.startsWith(`${p}/`));
+  return found ? found[0] : "/dashboard/";
+}
 
 function App() {
   const [session, setSession] = useState<SessionInfo | null | undefined>(undefined);
@@ -34,7 +79,7 @@ function App() {
       />
     );
   }
-  const m = /^\/dashboard\/sandboxes\/([a-z0-9]+)\/?$/.exec(path);
+  const current = section(path);
   return (
     <>
       <nav class="container-fluid topbar">
@@ -44,6 +89,13 @@ function App() {
               <strong>locale2b</strong>
             </a>
           </li>
+          {SECTIONS.map(([p, label]) => (
+            <li key={p}>
+              <a {...linkProps(p)} aria-current={p === current ? "page" : undefined} data-nav={label}>
+                {label}
+              </a>
+            </li>
+          ))}
         </ul>
         <ul>
           <li>
@@ -66,7 +118,9 @@ function App() {
           </li>
         </ul>
       </nav>
-      <main class="container-fluid">{m ? <SandboxPage id={m[1]!} key={m[1]} /> : <SandboxList />}</main>
+      <main class="container-fluid">
+        <Page path={path} session={session} />
+      </main>
     </>
   );
 }

@@ -11,6 +11,8 @@ export interface Series {
 }
 
 const KEEP = 60;
+/** Sparkline histories loaded at once when many sandboxes are new to the list. */
+const HISTORIES_AT_ONCE = 3;
 
 function push(s: Series, t: number, cpu: number, mem: number, memTotal: number): void {
   if (s.times.length && t <= s.times[s.times.length - 1]!) return;
@@ -37,15 +39,18 @@ export class SparkMetrics {
   async refresh(runningIds: string[]): Promise<void> {
     for (const id of [...this.series.keys()]) if (!runningIds.includes(id)) this.series.delete(id);
     const fresh = runningIds.filter((id) => !this.series.has(id));
-    await Promise.all(
-      fresh.map(async (id) => {
+    // A few histories at a time: over HTTP/1.1 a browser has 6 connections to the server, and the page's
+    // other calls (a click to another page) must not queue behind a hundred of these.
+    const load = async () => {
+      for (let id = fresh.shift(); id !== undefined; id = fresh.shift()) {
         const s: Series = { times: [], cpu: [], memMiB: [], memTotalMiB: 0 };
         const start = Math.floor(Date.now() / 1000) - 300;
         const r = await call<{ samples: Sample[] }>("GET", ws(`/sandboxes/${id}/metrics?start=${start}`)).catch(() => undefined);
         for (const x of r?.samples ?? []) push(s, Date.parse(x.timestamp) / 1000, x.cpu_percent, x.memory_used_bytes, x.memory_total_bytes);
         this.series.set(id, s);
-      }),
-    );
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(HISTORIES_AT_ONCE, fresh.length) }, load));
     for (let i = 0; i < runningIds.length; i += 100) {
       const ids = runningIds.slice(i, i + 100);
       const r = await call<{ sandboxes: Record<string, { timestampUnix: number; cpuUsedPct: number; memUsed: number; memTotal: number }> }>(

@@ -5,6 +5,7 @@ import { AuditLog } from "./audit-log";
 import { EventLog } from "./event-log";
 import { FileBrowser } from "./file-browser";
 import { loadSeries, type Series } from "./metrics";
+import { ProcessList } from "./process-list";
 import { linkProps } from "./router";
 import { SandboxActions } from "./sandbox-actions";
 import { TerminalView } from "./terminal";
@@ -94,6 +95,7 @@ export function SandboxPage({ id }: { id: string }) {
         <EventLog sandboxId={id} />
         {info ? <AuditLog sandboxId={id} since={info.created_at} /> : null}
       </div>
+      {info?.state === "running" ? <ProcessList sandboxId={id} /> : null}
       {info?.state === "running" ? <FileBrowser sandboxId={id} /> : null}
     </section>
   );
