@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { NODE_HEARTBEAT_MS } from "../domain/node.js";
 import type { Store } from "../store/store.js";
 import { kubeGet, type InCluster } from "./kubernetes-client.js";
+import { Periodic } from "./periodic.js";
 
 /** Whether the Node named `name` is cordoned (spec.unschedulable). */
 export async function nodeUnschedulable(c: InCluster, name: string): Promise<boolean> {
@@ -30,49 +31,48 @@ export interface CordonFollowerOptions {
  * changes. A Node that cannot be read is logged once, and tried again.
  */
 export class KubernetesCordonFollower {
-  private timer: NodeJS.Timeout | undefined;
   private last: boolean | undefined;
   private failing = false;
-  private running: Promise<void> = Promise.resolve();
+  private readonly every: Periodic;
 
-  constructor(private readonly o: CordonFollowerOptions) {}
+  constructor(private readonly o: CordonFollowerOptions) {
+    this.every = new Periodic(() => this.look(), o.everyMs ?? NODE_HEARTBEAT_MS);
+  }
 
   /** One look at the Node; the store is written only on a change (or a cordon at start). */
   check(): Promise<void> {
-    this.running = this.running.then(async () => {
-      let unschedulable: boolean;
-      try {
-        unschedulable = await nodeUnschedulable(this.o.cluster, this.o.name);
-        if (this.failing) this.o.log.info({ node: this.o.name }, "reading the Kubernetes Node works again");
-        this.failing = false;
-      } catch (err) {
-        if (!this.failing) this.o.log.warn({ err, node: this.o.name }, "cannot read this node's Kubernetes Node: a kubectl cordon is not followed until it can");
-        this.failing = true;
-        return;
-      }
-      const changed = this.last === undefined ? unschedulable : unschedulable !== this.last;
-      this.last = unschedulable;
-      if (!changed) return;
-      const state = unschedulable ? "cordoned" : "ready";
-      try {
-        await this.o.store.setNodeState(this.o.name, state);
-        this.o.log.info({ node: this.o.name, state }, unschedulable ? "the Kubernetes Node is cordoned: this node takes no creates" : "the Kubernetes Node is uncordoned: this node takes creates again");
-      } catch (err) {
-        this.last = undefined; // try again at the next look
-        this.o.log.warn({ err, node: this.o.name }, "cannot write this node's cordon to the store");
-      }
-    });
-    return this.running;
+    return this.every.run();
   }
 
-  async start(): Promise<void> {
-    await this.check();
-    this.timer = setInterval(() => void this.check(), this.o.everyMs ?? NODE_HEARTBEAT_MS);
-    this.timer.unref();
+  private async look(): Promise<void> {
+    let unschedulable: boolean;
+    try {
+      unschedulable = await nodeUnschedulable(this.o.cluster, this.o.name);
+      if (this.failing) this.o.log.info({ node: this.o.name }, "reading the Kubernetes Node works again");
+      this.failing = false;
+    } catch (err) {
+      if (!this.failing) this.o.log.warn({ err, node: this.o.name }, "cannot read this node's Kubernetes Node: a kubectl cordon is not followed until it can");
+      this.failing = true;
+      return;
+    }
+    const changed = this.last === undefined ? unschedulable : unschedulable !== this.last;
+    this.last = unschedulable;
+    if (!changed) return;
+    const state = unschedulable ? "cordoned" : "ready";
+    try {
+      await this.o.store.setNodeState(this.o.name, state);
+      this.o.log.info({ node: this.o.name, state }, unschedulable ? "the Kubernetes Node is cordoned: this node takes no creates" : "the Kubernetes Node is uncordoned: this node takes creates again");
+    } catch (err) {
+      this.last = undefined; // try again at the next look
+      this.o.log.warn({ err, node: this.o.name }, "cannot write this node's cordon to the store");
+    }
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.running;
+  start(): Promise<void> {
+    return this.every.start();
+  }
+
+  stop(): Promise<void> {
+    return this.every.stop();
   }
 }

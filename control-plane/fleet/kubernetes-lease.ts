@@ -7,6 +7,7 @@
 import type { Logger } from "pino";
 import { NODE_HEARTBEAT_MS, NODE_LOST_MS } from "../domain/node.js";
 import { kubeError, kubeRequest, type InCluster } from "./kubernetes-client.js";
+import { Periodic } from "./periodic.js";
 
 /** The label every fleet node's Lease carries (API replicas list by it). */
 export const LEASE_LABEL = "locale2b.dev/fleet-node";
@@ -37,11 +38,12 @@ export interface LeaseOptions {
 
 /** Keeps this node's Lease renewed: created at the first renewal, patched afterwards. */
 export class NodeLease {
-  private timer: NodeJS.Timeout | undefined;
-  private renewing: Promise<void> = Promise.resolve();
   private failing = false;
+  private readonly every: Periodic;
 
-  constructor(private readonly o: LeaseOptions) {}
+  constructor(private readonly o: LeaseOptions) {
+    this.every = new Periodic(() => this.renewLogged(), o.everyMs ?? NODE_HEARTBEAT_MS);
+  }
 
   private spec(now: number): Record<string, unknown> {
     return { holderIdentity: this.o.holder, leaseDurationSeconds: NODE_LOST_MS / 1000, renewTime: microTime(now) };
@@ -65,27 +67,25 @@ export class NodeLease {
 
   /** One renewal; a failure is logged once until one works again (the next heartbeat tries again). */
   renew(): Promise<void> {
-    this.renewing = this.renewing.then(async () => {
-      try {
-        await this.renewOnce();
-        if (this.failing) this.o.log.info({ node: this.o.node }, "renewing this node's Lease works again");
-        this.failing = false;
-      } catch (err) {
-        if (!this.failing) this.o.log.warn({ err, node: this.o.node }, `cannot renew this node's Lease: API replicas judge it lost ${NODE_LOST_MS / 1000} s after the last renewal`);
-        this.failing = true;
-      }
-    });
-    return this.renewing;
+    return this.every.run();
   }
 
-  async start(): Promise<void> {
-    await this.renew();
-    this.timer = setInterval(() => void this.renew(), this.o.everyMs ?? NODE_HEARTBEAT_MS);
-    this.timer.unref();
+  private async renewLogged(): Promise<void> {
+    try {
+      await this.renewOnce();
+      if (this.failing) this.o.log.info({ node: this.o.node }, "renewing this node's Lease works again");
+      this.failing = false;
+    } catch (err) {
+      if (!this.failing) this.o.log.warn({ err, node: this.o.node }, `cannot renew this node's Lease: API replicas judge it lost ${NODE_LOST_MS / 1000} s after the last renewal`);
+      this.failing = true;
+    }
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.renewing;
+  start(): Promise<void> {
+    return this.every.start();
+  }
+
+  stop(): Promise<void> {
+    return this.every.stop();
   }
 }

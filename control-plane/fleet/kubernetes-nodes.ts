@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import { NODE_HEARTBEAT_MS, NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { kubeGet, type InCluster } from "./kubernetes-client.js";
 import { LEASE_LABEL, leasesPath } from "./kubernetes-lease.js";
+import { Periodic } from "./periodic.js";
 
 interface LeaseList {
   items?: { metadata?: { labels?: Record<string, string> }; spec?: { renewTime?: string } }[];
@@ -31,10 +32,11 @@ export class KubernetesNodes {
   private unschedulable = new Map<string, string>();
   private readAt = 0;
   private failing = false;
-  private timer: NodeJS.Timeout | undefined;
-  private reading: Promise<void> = Promise.resolve();
+  private readonly every: Periodic;
 
-  constructor(private readonly o: KubernetesNodesOptions) {}
+  constructor(private readonly o: KubernetesNodesOptions) {
+    this.every = new Periodic(() => this.read(), o.everyMs ?? NODE_HEARTBEAT_MS);
+  }
 
   /** Whether the last read is recent enough to judge by (else the store's heartbeats do). */
   current(now = Date.now()): boolean {
@@ -48,36 +50,37 @@ export class KubernetesNodes {
 
   /** Reads the fleet's Leases and the cluster's Nodes once (a failure is logged once until a read works again). */
   refresh(): Promise<void> {
-    this.reading = this.reading.then(async () => {
-      const { cluster, log } = this.o;
-      try {
-        const [leases, nodes] = await Promise.all([
-          kubeGet<LeaseList>(cluster, `${leasesPath(cluster.namespace)}?labelSelector=${encodeURIComponent(LEASE_LABEL)}`, "list the fleet's Leases"),
-          kubeGet<NodeList>(cluster, "/api/v1/nodes", "list Nodes"),
-        ]);
-        const renewed = new Map<string, number>();
-        for (const l of leases.items ?? []) {
-          const node = l.metadata?.labels?.[LEASE_LABEL];
-          const at = Date.parse(l.spec?.renewTime ?? "");
-          if (node && Number.isFinite(at)) renewed.set(node, at);
-        }
-        const unschedulable = new Map<string, string>();
-        for (const n of nodes.items ?? []) {
-          if (!n.metadata?.name) continue;
-          const ready = n.status?.conditions?.find((c) => c.type === "Ready")?.status;
-          unschedulable.set(n.metadata.name, n.spec?.unschedulable ? "cordoned" : ready !== "True" ? `Node not Ready (${ready ?? "no status"})` : "");
-        }
-        this.renewed = renewed;
-        this.unschedulable = unschedulable;
-        this.readAt = Date.now();
-        if (this.failing) log.info("reading the fleet's Leases and Nodes works again");
-        this.failing = false;
-      } catch (err) {
-        if (!this.failing) log.warn({ err }, "cannot read the fleet's Leases and Nodes from Kubernetes: nodes' store heartbeats stand in until it can");
-        this.failing = true;
+    return this.every.run();
+  }
+
+  private async read(): Promise<void> {
+    const { cluster, log } = this.o;
+    try {
+      const [leases, nodes] = await Promise.all([
+        kubeGet<LeaseList>(cluster, `${leasesPath(cluster.namespace)}?labelSelector=${encodeURIComponent(LEASE_LABEL)}`, "list the fleet's Leases"),
+        kubeGet<NodeList>(cluster, "/api/v1/nodes", "list Nodes"),
+      ]);
+      const renewed = new Map<string, number>();
+      for (const l of leases.items ?? []) {
+        const node = l.metadata?.labels?.[LEASE_LABEL];
+        const at = Date.parse(l.spec?.renewTime ?? "");
+        if (node && Number.isFinite(at)) renewed.set(node, at);
       }
-    });
-    return this.reading;
+      const unschedulable = new Map<string, string>();
+      for (const n of nodes.items ?? []) {
+        if (!n.metadata?.name) continue;
+        const ready = n.status?.conditions?.find((c) => c.type === "Ready")?.status;
+        unschedulable.set(n.metadata.name, n.spec?.unschedulable ? "cordoned" : ready !== "True" ? `Node not Ready (${ready ?? "no status"})` : "");
+      }
+      this.renewed = renewed;
+      this.unschedulable = unschedulable;
+      this.readAt = Date.now();
+      if (this.failing) log.info("reading the fleet's Leases and Nodes works again");
+      this.failing = false;
+    } catch (err) {
+      if (!this.failing) log.warn({ err }, "cannot read the fleet's Leases and Nodes from Kubernetes: nodes' store heartbeats stand in until it can");
+      this.failing = true;
+    }
   }
 
   /**
@@ -95,14 +98,11 @@ export class KubernetesNodes {
     });
   }
 
-  async start(): Promise<void> {
-    await this.refresh();
-    this.timer = setInterval(() => void this.refresh(), this.o.everyMs ?? NODE_HEARTBEAT_MS);
-    this.timer.unref();
+  start(): Promise<void> {
+    return this.every.start();
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.reading;
+  stop(): Promise<void> {
+    return this.every.stop();
   }
 }

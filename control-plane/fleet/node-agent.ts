@@ -11,6 +11,7 @@ import { NODE_HEARTBEAT_MS, type NodeRecord } from "../domain/node.js";
 import type { ManagerLimits } from "../manager/options.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
 import type { Store } from "../store/store.js";
+import { Periodic } from "./periodic.js";
 
 /** The header an API replica sends its node token in. */
 export const NODE_TOKEN_HEADER = "x-locale2b-node-token";
@@ -78,11 +79,12 @@ export interface HeartbeatOptions {
  * cordon`) is not undone by the next heartbeat.
  */
 export class NodeHeartbeat {
-  private timer: NodeJS.Timeout | undefined;
   private readonly startedAt = Date.now();
-  private beating: Promise<void> = Promise.resolve();
+  private readonly every: Periodic;
 
-  constructor(private readonly o: HeartbeatOptions) {}
+  constructor(private readonly o: HeartbeatOptions) {
+    this.every = new Periodic(() => this.o.store.putNode(this.record()).catch((err: unknown) => this.o.log.warn({ err, node: this.o.name }, "writing the node's heartbeat failed")), o.everyMs ?? NODE_HEARTBEAT_MS);
+  }
 
   record(): NodeRecord {
     const live = this.o.sandboxes();
@@ -105,20 +107,14 @@ export class NodeHeartbeat {
 
   /** One heartbeat (a failure is logged: the next one tries again). */
   beat(): Promise<void> {
-    this.beating = this.beating.then(() =>
-      this.o.store.putNode(this.record()).catch((err: unknown) => this.o.log.warn({ err, node: this.o.name }, "writing the node's heartbeat failed")),
-    );
-    return this.beating;
+    return this.every.run();
   }
 
-  async start(): Promise<void> {
-    await this.beat();
-    this.timer = setInterval(() => void this.beat(), this.o.everyMs ?? NODE_HEARTBEAT_MS);
-    this.timer.unref();
+  start(): Promise<void> {
+    return this.every.start();
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.beating;
+  stop(): Promise<void> {
+    return this.every.stop();
   }
 }

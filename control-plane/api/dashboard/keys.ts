@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage } from "node:http";
 import type { ApiKeyInfo, Store } from "../../store/store.js";
 import { Fields, readJsonObject } from "../rest/body.js";
 
