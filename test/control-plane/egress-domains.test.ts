@@ -6,9 +6,8 @@
 // network namespace of this test's own (helpers/peer-host.ts) with three
 // addresses, serving HTTPS, HTTP and DNS (helpers/named-servers.cjs); the
 // sandboxes and the proxy resolve names with that DNS server (LOCALE2B_DNS).
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
-import https from "node:https";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,48 +17,30 @@ import { ProcessRuntime } from "../../control-plane/runtimes/process/process-run
 import { originalDestinationUnsupported } from "../../control-plane/runtimes/net/egress-proxy/original-destination.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain, uplinkAddress } from "../helpers/egress.js";
-import { startPeerHost, type PeerHost } from "../helpers/peer-host.js";
+import { getInsecure, startNamedPeer, type NamedPeer } from "../helpers/named-peer.js";
 import { rejection, setEnv, waitFor } from "../helpers/sdk.js";
-import { makeTestCa, type TestCa } from "../helpers/test-ca.js";
 
 const runtime = new ProcessRuntime();
 const missing = (await runtime.egressUnsupported()) ?? (await originalDestinationUnsupported());
 
 let cp: TestControlPlane;
-let peer: PeerHost;
-let ca: TestCa;
-let dir: string;
-let records: Record<string, string>;
+let peer: NamedPeer;
 let restoreEnv = () => {};
 let hostService: http.Server | undefined;
 const created: Sandbox[] = [];
 
-function setRecords(r: Record<string, string>): void {
-  records = r;
-  writeFileSync(join(dir, "records.json"), JSON.stringify(r));
-}
-
 beforeAll(async () => {
   if (missing) return;
-  dir = mkdtempSync(join(tmpdir(), "locale2b-egress-names-"));
-  ca = makeTestCa();
-  ca.issue(["allowed.test", "*.allowed.test", "*.sub.allowed.test", "other.test", "localhost"], 1, join(dir, "cert.pem"), join(dir, "key.pem"));
-  writeFileSync(join(dir, "records.json"), "{}");
-  peer = await startPeerHost({
-    script: `require(${JSON.stringify(join(import.meta.dirname, "../helpers/named-servers.cjs"))})`,
-    env: { RECORDS: join(dir, "records.json"), CERT: join(dir, "cert.pem"), KEY: join(dir, "key.pem") },
-  });
-  setRecords({
-    "allowed.test": peer.b,
-    "api.allowed.test": peer.b,
-    "deep.sub.allowed.test": peer.b,
-    "moving.allowed.test": peer.b,
-    "other.test": peer.c,
-  });
-  restoreEnv = setEnv({ LOCALE2B_DNS: peer.a });
+  peer = await startNamedPeer(["allowed.test", "*.allowed.test", "*.sub.allowed.test", "other.test", "localhost"], (p) => ({
+    "allowed.test": p.b,
+    "api.allowed.test": p.b,
+    "deep.sub.allowed.test": p.b,
+    "moving.allowed.test": p.b,
+    "other.test": p.c,
+  }));
+  const restoreDns = setEnv({ LOCALE2B_DNS: peer.a });
   cp = await startTestControlPlane({ runtime });
   const restoreSdk = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
-  const restoreDns = restoreEnv;
   restoreEnv = () => {
     restoreSdk();
     restoreDns();
@@ -72,8 +53,6 @@ afterAll(async () => {
   restoreEnv();
   await peer?.close();
   hostService?.close();
-  ca?.remove();
-  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 async function create(network: { allowOut?: string[]; denyOut?: string[] }): Promise<Sandbox> {
@@ -127,7 +106,7 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
   it("a name whose address changed after create is still followed", async () => {
     const s = await create({ allowOut: ["moving.allowed.test"], denyOut: only });
     expect(await curl(s, "https://moving.allowed.test:8443/")).toMatch(new RegExp(`^tls-ok ${peer.b.replace(/\./g, "\\.")} `));
-    setRecords({ ...records, "moving.allowed.test": peer.c });
+    peer.setRecords({ ...peer.records, "moving.allowed.test": peer.c });
     // The sandbox's resolver and the proxy's see the new answer (TTL 1 s): wait until the sandbox resolves it.
     await waitFor(async () => (await s.commands.run("getent hosts moving.allowed.test || true")).stdout.includes(peer.c), "the new DNS answer in the sandbox");
     expect(await curl(s, "https://moving.allowed.test:8443/")).toMatch(new RegExp(`^tls-ok ${peer.c.replace(/\./g, "\\.")} `));
@@ -156,7 +135,7 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     await s.updateNetwork({ allowOut: [], denyOut: only });
     expect(await curl(s, "https://api.allowed.test:8443/")).toMatch(/^refused/);
     // The open connection still carries bytes: release it from this host.
-    const released = await fetchInsecure(`https://${peer.b}:8443/release`);
+    const released = await getInsecure(`https://${peer.b}:8443/release`);
     expect(released).toBe("released\n");
     await waitFor(async () => (await s.commands.run("cat /tmp/hold.out")).stdout.includes("end"), "the held connection's last bytes");
     expect((await s.commands.run("cat /tmp/hold.out")).stdout).toBe("start\nend\n");
@@ -219,6 +198,33 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     expect(refused).toBe(true);
   });
 
+  it("names keep being enforced across a control-plane restart (the new server re-creates the proxy as it adopts the sandbox)", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-egress-names-restart-"));
+    const apiKey = `e2b_${"d".repeat(40)}`;
+    const start = () => startTestControlPlane({ dataDir, apiKey, runtime: new ProcessRuntime() });
+    let other = await start();
+    let restore = setEnv({ ...other.sdkEnv });
+    try {
+      const s = await Sandbox.create("base", { network: { allowOut: ["api.allowed.test"], denyOut: only } });
+      expect(await curl(s, "https://api.allowed.test:8443/")).toMatch(/^tls-ok/);
+      const before = nftChain(`px_${s.sandboxId}`);
+      restore();
+      await other.stopKeepingSandboxes();
+      other = await start();
+      restore = setEnv({ ...other.sdkEnv });
+      const again = await Sandbox.connect(s.sandboxId);
+      expect(await curl(again, "https://api.allowed.test:8443/")).toMatch(/^tls-ok/);
+      expect(await curl(again, "https://other.test:8443/")).toMatch(/^refused/);
+      expect(nftChain(`px_${s.sandboxId}`)).not.toBe(before); // a new listener, a new redirect
+      await again.kill();
+      expect(nftChain(`px_${s.sandboxId}`)).toBeUndefined();
+    } finally {
+      restore();
+      await other.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it("refuses host-name entries it cannot enforce with a 400 that says why", async () => {
     const cases: [Record<string, string[]>, RegExp][] = [
       [{ allowOut: ["*"] }, /a bare '\*' is not allowed/],
@@ -233,16 +239,3 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     }
   });
 });
-
-/** GET from this host, trusting the test CA's server whatever its name. */
-function fetchInsecure(url: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    https
-      .get(url, { rejectUnauthorized: false }, (res) => {
-        let body = "";
-        res.on("data", (c) => (body += c));
-        res.on("end", () => resolve(body));
-      })
-      .on("error", reject);
-  });
-}
