@@ -9,10 +9,10 @@ import type { EgressPolicy } from "../../../domain/network.js";
 import { runCommand } from "../../../host/commands.js";
 import { ipBin } from "../addresses.js";
 import { nameServers } from "../dns.js";
-import { redirectToProxy, stopRedirect } from "./redirect-rules.js";
+import { LISTENER_PORT, redirectToProxy, stopRedirect } from "./redirect-rules.js";
 import { SandboxProxy } from "./sandbox-proxy.js";
 
-const proxies = new Map<string, { proxy: SandboxProxy; device: string; host: string; port: number }>();
+const proxies = new Map<string, { proxy: SandboxProxy; device: string; host: string }>();
 
 /** Whether a policy needs the proxy: host names to allow, and something they could be an exception to. */
 export function needsProxy(policy: EgressPolicy): boolean {
@@ -40,18 +40,18 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
   if (!entry) {
     const { host, guest } = await ends(device);
     const proxy = new SandboxProxy({ sandboxId, host, guest, policy, log });
-    const port = await proxy.listen();
-    entry = { proxy, device, host, port };
+    await proxy.listen(LISTENER_PORT);
+    entry = { proxy, device, host };
     proxies.set(sandboxId, entry);
   }
   entry.proxy.setPolicy(policy);
   try {
-    await redirectToProxy(device, sandboxId, policy, entry.proxy.guest, entry, nameServers());
+    await redirectToProxy(device, sandboxId, policy, entry.proxy.guest, entry.host, nameServers());
   } catch (err) {
     await dropProxy(sandboxId);
     throw err;
   }
-  log.debug({ sandboxId, listener: `${entry.host}:${entry.port}`, names: policy.names }, "egress proxy set");
+  log.debug({ sandboxId, listener: `${entry.host}:${LISTENER_PORT}`, names: policy.names }, "egress proxy set");
 }
 
 /**
@@ -64,7 +64,7 @@ export async function dropProxy(sandboxId: string, device?: string, cutOpen = tr
   proxies.delete(sandboxId);
   if (entry) await entry.proxy.close(cutOpen);
   const dev = entry?.device ?? device;
-  if (dev) await stopRedirect(dev, sandboxId, entry);
+  if (dev) await stopRedirect(dev, sandboxId);
 }
 
 /** Server shutdown: every proxy stops (their redirects stay until the next server adopts the sandboxes and re-points them). */

@@ -1,12 +1,14 @@
 // The nft side of the egress proxy, in the shared table (nft.ts):
 //
 //   map proxied            ifname → jump px_<id>   (sandboxes whose policy has host names)
-//   set proxy_targets      listener address . port  (the only host ports a redirect may reach)
 //   chain proxy_prerouting nat prerouting: iifname vmap @proxied
-//   input (first rule)     a DNATed connection to one of @proxy_targets is accepted
+//   input (first rule)     a DNATed connection to LISTENER_PORT on a sandbox /30's host address
+//                          is accepted (only px_<id> DNATs from a sandbox device, and only to its
+//                          own device's address: a sandbox cannot choose where it is DNATed)
 //   chain px_<id>          from the sandbox's own address, TCP not to the host itself, not to
 //                          what the forward chain always refuses, not DNS to its resolvers and
 //                          not to an allowOut address: DNAT to its listener
+//   chain proxy_v1         empty: says this version of these parts is in the table
 //
 // Added to the table without changing its schema chain, so that a server of
 // the previous version on the same host keeps sharing the table (it only
@@ -19,10 +21,18 @@ import { findExecutable } from "../../../host/executables.js";
 import type { EgressPolicy } from "../../../domain/network.js";
 
 const DEVICES = `"l2b*"`;
+const MARKER = "proxy_v1";
+
+/**
+ * The port every sandbox's proxy listens on, on its own /30's host address
+ * (one address per sandbox, so one port serves all, across servers on a host
+ * and across restarts, and the input rule needs no per-sandbox element).
+ */
+export const LISTENER_PORT = 15_093;
 export const proxyChain = (sandboxId: string) => `px_${sandboxId}`;
 
 async function present(): Promise<boolean> {
-  return runCommand(findExecutable("nft")!, ["list", "map", ...TABLE.split(" "), "proxied"]).then(
+  return runCommand(findExecutable("nft")!, ["list", "chain", ...TABLE.split(" "), MARKER]).then(
     () => true,
     () => false,
   );
@@ -35,18 +45,19 @@ export async function ensureRedirectParts(): Promise<void> {
     if (await present()) return;
     await nft(
       [
+        `add chain ${TABLE} ${MARKER}`,
         `add map ${TABLE} proxied { type ifname : verdict; }`,
-        `add set ${TABLE} proxy_targets { type ipv4_addr . inet_service; }`,
         `add chain ${TABLE} proxy_prerouting { type nat hook prerouting priority dstnat; policy accept; }`,
+        `flush chain ${TABLE} proxy_prerouting`,
         `add rule ${TABLE} proxy_prerouting iifname ${DEVICES} iifname vmap @proxied`,
-        `insert rule ${TABLE} input iifname ${DEVICES} ct status dnat ip daddr . tcp dport @proxy_targets accept`,
+        `insert rule ${TABLE} input iifname ${DEVICES} ct status dnat ip daddr ${NET_BASE} tcp dport ${LISTENER_PORT} accept`,
       ].join("\n"),
     );
   });
 }
 
 /** Redirects the sandbox's outbound TCP (what its policy does not settle by address) to its listener. */
-export async function redirectToProxy(device: string, sandboxId: string, policy: EgressPolicy, guest: string, listener: { host: string; port: number }, dns: string[]): Promise<void> {
+export async function redirectToProxy(device: string, sandboxId: string, policy: EgressPolicy, guest: string, host: string, dns: string[]): Promise<void> {
   await ensureRedirectParts();
   const chain = proxyChain(sandboxId);
   const rules = [
@@ -59,19 +70,14 @@ export async function redirectToProxy(device: string, sandboxId: string, policy:
     `add rule ${TABLE} ${chain} ip daddr @infra return`,
     ...dns.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} tcp dport 53 return`),
     ...policy.allow.map((a) => `add rule ${TABLE} ${chain} ip daddr ${a} return`),
-    `add rule ${TABLE} ${chain} meta l4proto tcp dnat ip to ${listener.host}:${listener.port}`,
-    `add element ${TABLE} proxy_targets { ${listener.host} . ${listener.port} }`,
+    `add rule ${TABLE} ${chain} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`,
     `add element ${TABLE} proxied { "${device}" : jump ${chain} }`,
   ];
   await nft(rules.join("\n"));
 }
 
 /** Stops redirecting (new connections go by the forward chain again); what is already gone is fine. */
-export async function stopRedirect(device: string, sandboxId: string, listener?: { host: string; port: number }): Promise<void> {
-  const steps = [
-    `delete element ${TABLE} proxied { "${device}" }`,
-    `delete chain ${TABLE} ${proxyChain(sandboxId)}`,
-    ...(listener ? [`delete element ${TABLE} proxy_targets { ${listener.host} . ${listener.port} }`] : []),
-  ];
+export async function stopRedirect(device: string, sandboxId: string): Promise<void> {
+  const steps = [`delete element ${TABLE} proxied { "${device}" }`, `delete chain ${TABLE} ${proxyChain(sandboxId)}`];
   for (const step of steps) await nft(step).catch(() => undefined);
 }

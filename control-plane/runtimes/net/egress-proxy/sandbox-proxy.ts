@@ -81,13 +81,14 @@ export class SandboxProxy {
     this.server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (s) => void this.accept(s));
   }
 
-  /** Listens on the host address (an ephemeral port); resolves to the port. */
-  listen(): Promise<number> {
+  /** Listens on the host address of the sandbox's device. */
+  listen(port: number): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.server.once("error", reject);
-      this.server.listen({ host: this.o.host, port: 0 }, () => {
-        this.server.off("error", reject);
-        resolve((this.server.address() as net.AddressInfo).port);
+      this.server.once("error", (err) => reject(new Error(`the egress proxy cannot listen on ${this.o.host}:${port}: ${err.message}`)));
+      this.server.listen({ host: this.o.host, port }, () => {
+        this.server.removeAllListeners("error");
+        this.server.on("error", (err) => this.o.log.warn({ sandboxId: this.o.sandboxId, err: err.message }, "egress proxy listener failed"));
+        resolve();
       });
     });
   }
