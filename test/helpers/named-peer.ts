@@ -3,7 +3,7 @@
 // egress proxy resolve with it), HTTPS on 8443 with a certificate of a test
 // CA for the names, HTTP with the Host echoed on 8081 (named-servers.cjs).
 // Records can be changed while it runs.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import https from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +16,9 @@ export interface NamedPeer extends PeerHost {
   records: Record<string, string>;
 }
 
+/** The servers' script: beside this file, or in the source tree when this runs from dist/ (the bench). */
+const SERVERS = [join(import.meta.dirname, "named-servers.cjs"), join(import.meta.dirname, "../../../test/helpers/named-servers.cjs")].find((p) => existsSync(p))!;
+
 /** The peer, with `names` in its certificate and `records(peer)` as its first answers. */
 export async function startNamedPeer(names: string[], records: (p: PeerHost) => Record<string, string>): Promise<NamedPeer> {
   const dir = mkdtempSync(join(tmpdir(), "locale2b-named-peer-"));
@@ -26,7 +29,7 @@ export async function startNamedPeer(names: string[], records: (p: PeerHost) => 
     ca.issue(names, 1, join(dir, "cert.pem"), join(dir, "key.pem"));
     writeFileSync(file, "{}");
     peer = await startPeerHost({
-      script: `require(${JSON.stringify(join(import.meta.dirname, "named-servers.cjs"))})`,
+      script: `require(${JSON.stringify(SERVERS)})`,
       env: { RECORDS: file, CERT: join(dir, "cert.pem"), KEY: join(dir, "key.pem") },
     });
   } catch (err) {

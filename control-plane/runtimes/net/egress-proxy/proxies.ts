@@ -11,6 +11,7 @@ import { ipBin } from "../addresses.js";
 import { nameServers } from "../dns.js";
 import { LISTENER_PORT, redirectToProxy, stopRedirect } from "./redirect-rules.js";
 import { SandboxProxy } from "./sandbox-proxy.js";
+import { stopWatchingRedirects, watchRedirects } from "./original-destination.js";
 
 const proxies = new Map<string, { proxy: SandboxProxy; device: string; host: string }>();
 
@@ -40,6 +41,7 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
   if (!entry) {
     const { host, guest } = await ends(device);
     const proxy = new SandboxProxy({ sandboxId, host, guest, policy, log });
+    watchRedirects(LISTENER_PORT);
     await proxy.listen(LISTENER_PORT);
     entry = { proxy, device, host };
     proxies.set(sandboxId, entry);
@@ -71,5 +73,6 @@ export async function dropProxy(sandboxId: string, device?: string, cutOpen = tr
 export async function closeEgressProxies(): Promise<void> {
   const all = [...proxies.values()];
   proxies.clear();
+  stopWatchingRedirects();
   await Promise.all(all.map((e) => e.proxy.close(true)));
 }

@@ -59,14 +59,21 @@ export const passthrough: Handoff = ({ client, head, destination, log }) => {
   upstream.once("close", () => client.destroy());
 };
 
-/** Addresses the proxy never connects to for a sandbox whatever it asks (nft keeps them from being redirected too). */
+let never: { list: net.BlockList; at: number } | undefined;
+
+/** Addresses the proxy never connects to for a sandbox whatever it asks (nft keeps them from being redirected too); the host's own re-read every few seconds. */
 function forbidden(address: string): boolean {
+  if (!never || Date.now() - never.at > 5000) never = { list: neverList(), at: Date.now() };
+  return never.list.check(address, "ipv4");
+}
+
+function neverList(): net.BlockList {
   const list = new net.BlockList();
   for (const [base, bits] of [["0.0.0.0", 8], ["127.0.0.0", 8], [NET_BASE.split("/")[0]!, Number(NET_BASE.split("/")[1])], ["169.254.0.0", 16], ["224.0.0.0", 3]] as const) {
     list.addSubnet(base, bits, "ipv4");
   }
   for (const addrs of Object.values(networkInterfaces())) for (const a of addrs ?? []) if (a.family === "IPv4") list.addAddress(a.address, "ipv4");
-  return list.check(address, "ipv4");
+  return list;
 }
 
 export class SandboxProxy {
