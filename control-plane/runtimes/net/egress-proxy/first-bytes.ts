@@ -1,6 +1,7 @@
 // The name a new connection gives for its destination, from the bytes it
 // sends first: the TLS ClientHello's SNI or the HTTP/1.x Host header. The
-// bytes are kept to be sent on unchanged; the socket is left paused.
+// socket is resumed to read them; they are kept to be sent on unchanged, and
+// the socket is left paused.
 import type { Socket } from "node:net";
 import { peekClientHello } from "./client-hello.js";
 import { peekHttpHost } from "./http-host.js";
@@ -47,5 +48,6 @@ export function readFirstBytes(socket: Socket, waitMs: number): Promise<FirstByt
     const onEnd = () => finish({ kind: head.length ? "other" : "silent" }, true);
     const timer = setTimeout(() => finish({ kind: head.length ? "other" : "silent" }), waitMs);
     socket.on("data", onData).once("end", onEnd).once("error", onEnd).once("close", onEnd);
+    socket.resume();
   });
 }

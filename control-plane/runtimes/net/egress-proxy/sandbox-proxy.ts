@@ -127,16 +127,18 @@ export class SandboxProxy {
     const log = this.o.log.child({ sandboxId: this.o.sandboxId });
     // Only the sandbox's own redirected traffic: nft DNATs only its address, and only to this listener.
     if (client.remoteAddress !== this.o.guest) return void client.resetAndDestroy();
-    const destination = await originalDestination(this.o.guest, client.remotePort!, this.o.host, this.port ?? -1).catch((err: Error) => {
-      log.warn({ err: err.message }, "cannot find a proxied connection's destination");
-      return undefined;
-    });
+    // Where it was going and what it says, looked up and read at the same time.
+    const [destination, { head, ...first }] = await Promise.all([
+      originalDestination(this.o.guest, client.remotePort!, this.o.host, this.port ?? -1).catch((err: Error) => {
+        log.warn({ err: err.message }, "cannot find a proxied connection's destination");
+        return undefined;
+      }),
+      readFirstBytes(client, FIRST_BYTES_WAIT_MS),
+    ]);
     if (!destination || forbidden(destination.address)) {
       if (destination) log.warn({ destination }, "refused a proxied connection to a forbidden address");
       return void client.resetAndDestroy();
     }
-    client.resume();
-    const { head, ...first } = await readFirstBytes(client, FIRST_BYTES_WAIT_MS);
     if (first.ended || client.destroyed) return void client.destroy();
     const verdict = await judge(this.policy, destination.address, first.name, resolvesTo);
     log.debug({ destination: `${destination.address}:${destination.port}`, kind: first.kind, name: first.name, verdict }, "egress proxy verdict");
