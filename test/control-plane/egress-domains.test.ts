@@ -15,6 +15,7 @@ import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { originalDestinationUnsupported } from "../../control-plane/runtimes/net/egress-proxy/original-destination.js";
+import { setProxyInfrastructure } from "../../control-plane/runtimes/net/egress-proxy/sandbox-proxy.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain, uplinkAddress } from "../helpers/egress.js";
 import { getInsecure, startNamedPeer, type NamedPeer } from "../helpers/named-peer.js";
@@ -181,6 +182,20 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     }
     expect(await curl(s, "https://other.test:8443/")).toMatch(/^refused/);
     expect(await curl(s, "https://api.allowed.test:8443/")).toMatch(/^tls-ok/);
+  });
+
+  it("escape: the proxy itself refuses the server's infrastructure, even where nft would let a redirect through", async () => {
+    const s = await create({ allowOut: ["other.test"], denyOut: only });
+    expect(await curl(s, "https://other.test:8443/")).toMatch(/^tls-ok/);
+    // Only the proxy's own list (this server is in this process); the host's shared nft set is left alone.
+    setProxyInfrastructure([`${peer.c}/32`]);
+    try {
+      expect(await curl(s, "https://other.test:8443/")).toMatch(/^refused/);
+      expect(await curl(s, "https://other.test:8443/", "root")).toMatch(/^refused/);
+    } finally {
+      setProxyInfrastructure([]);
+    }
+    expect(await curl(s, "https://other.test:8443/")).toMatch(/^tls-ok/);
   });
 
   it("a killed sandbox leaves no proxy rules and no listener behind", async () => {

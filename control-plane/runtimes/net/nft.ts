@@ -24,6 +24,7 @@ import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "../../domain/network.js";
 import { nft, TABLE } from "./nft-run.js";
 import { dropProxy, setProxy } from "./egress-proxy/proxies.js";
+import { setProxyInfrastructure } from "./egress-proxy/sandbox-proxy.js";
 
 const DEVICES = `"l2b*"`;
 /** An empty chain naming this version of the table's rules: another version is replaced. */
@@ -106,6 +107,7 @@ export async function setInfrastructure(addresses: string[], log: Logger): Promi
   if (!findExecutable("nft") || process.getuid?.() !== 0) return;
   await ensureTable(log);
   const v4 = [...new Set(addresses.filter((a) => /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/.test(a)))];
+  setProxyInfrastructure(v4);
   await nft([`flush set ${TABLE} infra`, ...(v4.length ? [`add element ${TABLE} infra { ${v4.join(", ")} }`] : [])].join("\n"));
 }
 

@@ -60,6 +60,13 @@ export const passthrough: Handoff = ({ client, head, destination, log }) => {
 };
 
 let never: { list: net.BlockList; at: number } | undefined;
+let infrastructure: string[] = [];
+
+/** The server's own infrastructure (nft's @infra set, setInfrastructure): never a proxied destination either. */
+export function setProxyInfrastructure(cidrs: string[]): void {
+  infrastructure = cidrs;
+  never = undefined;
+}
 
 /** Addresses the proxy never connects to for a sandbox whatever it asks (nft keeps them from being redirected too); the host's own re-read every few seconds. */
 function forbidden(address: string): boolean {
@@ -73,6 +80,10 @@ function neverList(): net.BlockList {
     list.addSubnet(base, bits, "ipv4");
   }
   for (const addrs of Object.values(networkInterfaces())) for (const a of addrs ?? []) if (a.family === "IPv4") list.addAddress(a.address, "ipv4");
+  for (const c of infrastructure) {
+    const [base, bits] = c.split("/");
+    list.addSubnet(base!, Number(bits ?? 32), "ipv4");
+  }
   return list;
 }
 
