@@ -98,6 +98,12 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     expect(await curl(s, `http://${peer.c}:8080/`)).toBe(`peer-ok ${peer.c}`);
     expect(await curl(s, "https://api.allowed.test:8443/")).toMatch(/^tls-ok/);
     expect(await curl(s, `http://${peer.b}:8080/`)).toMatch(/^refused/);
+    // Only what the address rules refuse goes to the proxy: a name can only let such a connection through.
+    const partial = await create({ allowOut: ["api.allowed.test"], denyOut: [`${peer.c}/32`] });
+    expect(nftChain(`px_${partial.sandboxId}`)).toMatch(new RegExp(`ip daddr ${peer.c.replace(/\./g, "\\.")} meta l4proto tcp dnat ip to`));
+    expect(await curl(partial, `http://${peer.b}:8080/`)).toBe(`peer-ok ${peer.b}`);
+    expect(await curl(partial, "https://other.test:8443/")).toMatch(/^refused/);
+    expect(await curl(partial, `--resolve api.allowed.test:8443:${peer.c} https://api.allowed.test:8443/`)).toMatch(/^refused/);
     // Without a deny list names add nothing: everything is open, and no proxy is in the way.
     const open = await create({ allowOut: ["api.allowed.test"] });
     expect(await curl(open, "https://other.test:8443/")).toMatch(/^tls-ok/);
@@ -131,14 +137,14 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
   it("updateNetwork changes the rules for new connections; a connection already open goes on", async () => {
     const s = await create({ allowOut: ["api.allowed.test"], denyOut: only });
     await s.commands.run("curl -sk -N -m 60 https://api.allowed.test:8443/hold > /tmp/hold.out 2>&1", { background: true, timeoutMs: 0 });
-    await waitFor(async () => (await s.commands.run("cat /tmp/hold.out")).stdout.includes("start"), "the held connection to answer");
+    await waitFor(async () => (await s.commands.run("cat /tmp/hold.out 2>/dev/null || true")).stdout.includes("start"), "the held connection to answer");
     // Names out: only the address list (nothing) is allowed now.
     await s.updateNetwork({ allowOut: [], denyOut: only });
     expect(await curl(s, "https://api.allowed.test:8443/")).toMatch(/^refused/);
     // The open connection still carries bytes: release it from this host.
     const released = await getInsecure(`https://${peer.b}:8443/release`);
     expect(released).toBe("released\n");
-    await waitFor(async () => (await s.commands.run("cat /tmp/hold.out")).stdout.includes("end"), "the held connection's last bytes");
+    await waitFor(async () => (await s.commands.run("cat /tmp/hold.out 2>/dev/null || true")).stdout.includes("end"), "the held connection's last bytes");
     expect((await s.commands.run("cat /tmp/hold.out")).stdout).toBe("start\nend\n");
     // Names back in.
     await s.updateNetwork({ allowOut: ["*.allowed.test"], denyOut: only });

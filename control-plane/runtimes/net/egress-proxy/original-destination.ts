@@ -60,6 +60,14 @@ const seen = new Map<string, { destination: Destination; at: number }>();
 const waiting = new Map<string, (d: Destination) => void>();
 const ORIG = /src=(\d+\.\d+\.\d+\.\d+) dst=(\d+\.\d+\.\d+\.\d+) sport=(\d+) dport=(\d+)/;
 
+/** The sandbox addresses whose proxies are in this process: other servers' redirects are not kept. */
+const ours = new Set<string>();
+
+export function followSource(address: string, on: boolean): void {
+  if (on) ours.add(address);
+  else ours.delete(address);
+}
+
 /** Starts following new connections DNATed to `listenerPort` (once per process); without the tool, nothing. */
 export function watchRedirects(listenerPort: number): void {
   if (events || eventsFailed) return;
@@ -75,7 +83,7 @@ export function watchRedirects(listenerPort: number): void {
   (child.stdout as NodeJS.ReadableStream & { unref?: () => void }).unref?.();
   createInterface({ input: child.stdout! }).on("line", (line) => {
     const m = ORIG.exec(line);
-    if (!m) return;
+    if (!m || !ours.has(m[1]!)) return;
     const key = `${m[1]}:${m[3]}`;
     const destination = { address: m[2]!, port: Number(m[4]) };
     const waiter = waiting.get(key);
@@ -90,6 +98,7 @@ export function stopWatchingRedirects(): void {
   events?.kill();
   events = undefined;
   seen.clear();
+  ours.clear();
 }
 
 /** The destination the event stream saw for `source`:`sourcePort`, waiting briefly for it; undefined when it did not come. */

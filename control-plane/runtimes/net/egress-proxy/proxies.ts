@@ -11,7 +11,7 @@ import { ipBin } from "../addresses.js";
 import { nameServers } from "../dns.js";
 import { LISTENER_PORT, redirectToProxy, stopRedirect } from "./redirect-rules.js";
 import { SandboxProxy } from "./sandbox-proxy.js";
-import { stopWatchingRedirects, watchRedirects } from "./original-destination.js";
+import { followSource, stopWatchingRedirects, watchRedirects } from "./original-destination.js";
 
 const proxies = new Map<string, { proxy: SandboxProxy; device: string; host: string }>();
 
@@ -43,6 +43,7 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
     const proxy = new SandboxProxy({ sandboxId, host, guest, policy, log });
     watchRedirects(LISTENER_PORT);
     await proxy.listen(LISTENER_PORT);
+    followSource(guest, true);
     entry = { proxy, device, host };
     proxies.set(sandboxId, entry);
   }
@@ -64,7 +65,10 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
 export async function dropProxy(sandboxId: string, device?: string, cutOpen = true): Promise<void> {
   const entry = proxies.get(sandboxId);
   proxies.delete(sandboxId);
-  if (entry) await entry.proxy.close(cutOpen);
+  if (entry) {
+    followSource(entry.proxy.guest, false);
+    await entry.proxy.close(cutOpen);
+  }
   const dev = entry?.device ?? device;
   if (dev) await stopRedirect(dev, sandboxId);
 }

@@ -6,8 +6,10 @@
 //                          is accepted (only px_<id> DNATs from a sandbox device, and only to its
 //                          own device's address: a sandbox cannot choose where it is DNATed)
 //   chain px_<id>          from the sandbox's own address, TCP not to the host itself, not to
-//                          what the forward chain always refuses, not DNS to its resolvers and
-//                          not to an allowOut address: DNAT to its listener
+//                          what the forward chain always refuses, not DNS to its resolvers, not
+//                          to an allowOut address, and to a denyOut one (only a connection its
+//                          address rules would refuse can be let through by a name): DNAT to
+//                          its listener
 //   chain proxy_v1         empty: says this version of these parts is in the table
 //
 // Added to the table without changing its schema chain, so that a server of
@@ -70,7 +72,7 @@ export async function redirectToProxy(device: string, sandboxId: string, policy:
     `add rule ${TABLE} ${chain} ip daddr @infra return`,
     ...dns.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} tcp dport 53 return`),
     ...policy.allow.map((a) => `add rule ${TABLE} ${chain} ip daddr ${a} return`),
-    `add rule ${TABLE} ${chain} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`,
+    ...policy.deny.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`),
     `add element ${TABLE} proxied { "${device}" : jump ${chain} }`,
   ];
   await nft(rules.join("\n"));
