@@ -96,7 +96,7 @@ export class SandboxProxy {
     private readonly o: { sandboxId: string; host: string; guest: string; policy: EgressPolicy; log: Logger; handoff?: Handoff },
   ) {
     this.policy = o.policy;
-    this.server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (s) => void this.accept(s));
+    this.server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (s) => void this.accept(s));
   }
 
   /** Listens on the host address of the sandbox's device. */
