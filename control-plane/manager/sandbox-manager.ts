@@ -142,8 +142,8 @@ export class SandboxManager {
     await this.warm.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
+    await closeEgressProxies(this.instances.ids());
     for (const inst of this.instances.all()) inst.detach();
-    await closeEgressProxies();
     this.o.transport.destroy();
   }
 

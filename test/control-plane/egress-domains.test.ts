@@ -50,10 +50,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const s of created) await s.kill().catch(() => undefined);
+  // Every killed sandbox's redirect went with it (also those whose server in this process was not the last to stop).
+  const left = created.filter((s) => nftChain(`px_${s.sandboxId}`) !== undefined).map((s) => s.sandboxId);
   await cp?.close();
   restoreEnv();
   await peer?.close();
   hostService?.close();
+  if (left.length) throw new Error(`egress proxy rules left behind for ${left.join(", ")}`);
 });
 
 async function create(network: { allowOut?: string[]; denyOut?: string[] }): Promise<Sandbox> {

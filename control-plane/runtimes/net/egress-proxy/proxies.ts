@@ -32,7 +32,7 @@ async function ends(device: string): Promise<{ host: string; guest: string }> {
 
 /** Starts, updates or stops the sandbox's proxy for `policy`. On failure the sandbox has no proxy and no redirect. */
 export async function setProxy(device: string, sandboxId: string, policy: EgressPolicy, log: Logger): Promise<void> {
-  if (!needsProxy(policy)) return dropProxy(sandboxId, device, false);
+  if (!needsProxy(policy)) return proxies.has(sandboxId) ? dropProxy(sandboxId, device, false) : undefined;
   let entry = proxies.get(sandboxId);
   if (entry && entry.device !== device) {
     await dropProxy(sandboxId, entry.device);
@@ -58,9 +58,10 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
 }
 
 /**
- * The sandbox's proxy goes with its redirect; none is fine. `cutOpen`: its
- * open connections are reset (the sandbox is gone); otherwise (a new policy
- * without names) they go on until they end.
+ * The sandbox's proxy goes with its redirect (`device`'s, also when this
+ * process has no proxy for it: one a previous server made); none is fine.
+ * `cutOpen`: its open connections are reset (the sandbox is gone); otherwise
+ * (a new policy without names) they go on until they end.
  */
 export async function dropProxy(sandboxId: string, device?: string, cutOpen = true): Promise<void> {
   const entry = proxies.get(sandboxId);
@@ -69,14 +70,22 @@ export async function dropProxy(sandboxId: string, device?: string, cutOpen = tr
     followSource(entry.proxy.guest, false);
     await entry.proxy.close(cutOpen);
   }
-  const dev = entry?.device ?? device;
+  const dev = device ?? entry?.device;
   if (dev) await stopRedirect(dev, sandboxId);
 }
 
-/** Server shutdown: every proxy stops (their redirects stay until the next server adopts the sandboxes and re-points them). */
-export async function closeEgressProxies(): Promise<void> {
-  const all = [...proxies.values()];
-  proxies.clear();
-  stopWatchingRedirects();
-  await Promise.all(all.map((e) => e.proxy.close(true)));
+/**
+ * A server stops: the proxies of its sandboxes (`sandboxIds`) stop with it;
+ * their redirects stay until the next server adopts the sandboxes and
+ * re-points them. The conntrack events stop with the last proxy.
+ */
+export async function closeEgressProxies(sandboxIds: string[]): Promise<void> {
+  const mine = sandboxIds.flatMap((id) => {
+    const e = proxies.get(id);
+    proxies.delete(id);
+    if (e) followSource(e.proxy.guest, false);
+    return e ? [e] : [];
+  });
+  if (!proxies.size) stopWatchingRedirects();
+  await Promise.all(mine.map((e) => e.proxy.close(true)));
 }

@@ -80,6 +80,5 @@ export async function redirectToProxy(device: string, sandboxId: string, policy:
 
 /** Stops redirecting (new connections go by the forward chain again); what is already gone is fine. */
 export async function stopRedirect(device: string, sandboxId: string): Promise<void> {
-  const steps = [`delete element ${TABLE} proxied { "${device}" }`, `delete chain ${TABLE} ${proxyChain(sandboxId)}`];
-  for (const step of steps) await nft(step).catch(() => undefined);
+  await nft(`delete element ${TABLE} proxied { "${device}" }\ndelete chain ${TABLE} ${proxyChain(sandboxId)}`).catch(() => undefined);
 }
