@@ -1,6 +1,7 @@
 import { benchControlPlane } from "./sandboxes/index.js";
 import { benchDashboard } from "./dashboard.js";
 import { benchE2bEnvd } from "./e2b-envd.js";
+import { benchEgress } from "./egress.js";
 import { benchExec } from "./exec.js";
 import { benchFleet } from "./fleet.js";
 import { benchPorts } from "./ports.js";
@@ -36,6 +37,7 @@ const BENCHMARKS: Record<string, () => Promise<GoalResult[]>> = {
   fleet: benchFleet,
   volumes: benchVolumes,
   dashboard: benchDashboard,
+  egress: benchEgress,
 };
 
 const USAGE = `usage: npm run bench [-- ${Object.keys(BENCHMARKS).join("|")} ...]
@@ -55,6 +57,9 @@ sandboxes (the control plane, process runtime):
   LOCALE2B_BENCH_SANDBOX_PARTS   only these parts, e.g. "1,3" (1 create, 2 exec, 3 memory, 4 stream, 5 snapshots)
   LOCALE2B_BENCH_SNAPSHOT_MIB=256  MiB a sandbox writes before it is snapshotted (part 5)
   LOCALE2B_BENCH_CP_NODE_ARGS    extra node flags for the server, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+egress (HTTPS from a sandbox through the egress proxy vs direct, process runtime, needs root and nft):
+  LOCALE2B_BENCH_EGRESS_N=200    requests per path, each on a new connection
+  LOCALE2B_BENCH_EGRESS_ROUNDS=6 interleaved rounds they are split into
 ports (a server in a sandbox through getHost(port) vs directly, process runtime):
   LOCALE2B_BENCH_PORT_BYTES=256M bytes per GET (repeated LOCALE2B_BENCH_REPS times)
   LOCALE2B_BENCH_PORT_N=500      small GETs and echo round trips per path

@@ -10,6 +10,13 @@
 export interface EgressPolicy {
   allow: string[];
   deny: string[];
+  /**
+   * Host names from allowOut, lowercased: `example.com` (that name only) or
+   * `*.example.com` (its subdomains at any depth, not the apex). Judged by the
+   * egress proxy (runtimes/net/egress-proxy/) on the TLS SNI or HTTP Host of
+   * each TCP connection; absent or empty when allowOut names none.
+   */
+  names?: string[];
 }
 
 /**

@@ -1,5 +1,7 @@
 import type { Instance, Runtime } from "../runtimes/runtime.js";
 import { resolveEgress } from "../runtimes/net/policy.js";
+import { needsProxy } from "../runtimes/net/egress-proxy/proxies.js";
+import { originalDestinationUnsupported } from "../runtimes/net/egress-proxy/original-destination.js";
 import type { EgressPolicy, EgressRules, SandboxNetwork } from "../domain/network.js";
 import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxRecord } from "../domain/sandbox.js";
@@ -10,7 +12,7 @@ export { resolveEgress, type EgressPolicy };
 export async function egressFor(runtime: Runtime, network: SandboxNetwork | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
   const policy = await resolveEgress(network, allowInternetAccess);
   if (!policy) return undefined;
-  const why = await runtime.egressUnsupported();
+  const why = (await runtime.egressUnsupported()) ?? (needsProxy(policy) ? await originalDestinationUnsupported() : undefined);
   if (why) throw new ControlPlaneError("invalid", `network.allowOut/denyOut cannot be enforced on this server: ${why}`);
   return policy;
 }
@@ -30,6 +32,8 @@ export async function applyNetworkUpdate(
 ): Promise<void> {
   if ((rec.state !== "running" && rec.state !== "paused") || !inst) throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is ${rec.state}`);
   const policy = await resolveEgress(rules, allowInternetAccess);
+  const why = policy && needsProxy(policy) ? await originalDestinationUnsupported() : undefined;
+  if (why) throw new ControlPlaneError("invalid", `network.allowOut host names cannot be enforced on this server: ${why}`);
   await inst.updateEgress(policy).catch((err: Error) => {
     throw new ControlPlaneError("conflict", err.message);
   });

@@ -31,6 +31,10 @@ export class InstanceTable {
     return [...this.byId.values()].map((e) => e.inst);
   }
 
+  ids(): string[] {
+    return [...this.byId.keys()];
+  }
+
   /** Host memory per live sandbox, where its runtime can tell (metrics). */
   hostMemory(): { sandboxId: string; runtime: string; bytes: number }[] {
     const out: { sandboxId: string; runtime: string; bytes: number }[] = [];

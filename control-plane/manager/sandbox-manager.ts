@@ -1,4 +1,5 @@
 import { mkdirSync, rmSync } from "node:fs";
+import { closeEgressProxies } from "../runtimes/net/egress-proxy/proxies.js";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Instance, InstanceSpec, Runtime } from "../runtimes/runtime.js";
@@ -145,6 +146,7 @@ export class SandboxManager {
     await this.warm.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
+    await closeEgressProxies(this.instances.ids());
     for (const inst of this.instances.all()) inst.detach();
     this.o.transport.destroy();
   }

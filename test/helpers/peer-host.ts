@@ -8,9 +8,10 @@ import { randomBytes } from "node:crypto";
 import http from "node:http";
 
 export interface PeerHost {
-  /** Two addresses of the peer (both serve `port`). */
+  /** Three addresses of the peer (all serve `port`). */
   a: string;
   b: string;
+  c: string;
   port: number;
   close(): Promise<void>;
 }
@@ -34,7 +35,12 @@ function get(url: string): Promise<string> {
   });
 }
 
-export async function startPeerHost(): Promise<PeerHost> {
+/**
+ * `servers`: extra servers started in the peer's namespace beside the HTTP
+ * one (a script for `node -e`, given the peer's addresses as PEER_A/B/C and
+ * `env`, that prints one line when it is ready).
+ */
+export async function startPeerHost(servers?: { script: string; env?: Record<string, string> }): Promise<PeerHost> {
   const tag = randomBytes(3).toString("hex");
   const ns = `l2btest-${tag}`;
   const dev = `lbt${tag}`;
@@ -43,8 +49,10 @@ export async function startPeerHost(): Promise<PeerHost> {
   const addr = (n: number) => `10.203.${base >> 8}.${(base & 255) + n}`;
   ip(["netns", "add", ns]);
   let server: ChildProcess | undefined;
+  let extra: ChildProcess | undefined;
   const close = async () => {
     server?.kill("SIGKILL");
+    extra?.kill("SIGKILL");
     try {
       ip(["link", "del", dev]);
     } catch {
@@ -60,7 +68,7 @@ export async function startPeerHost(): Promise<PeerHost> {
     ip(["link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns]);
     ip(["addr", "add", `${addr(1)}/29`, "dev", dev]);
     ip(["link", "set", dev, "up"]);
-    for (const a of [addr(2), addr(3)]) ip(["-n", ns, "addr", "add", `${a}/29`, "dev", "eth0"]);
+    for (const a of [addr(2), addr(3), addr(4)]) ip(["-n", ns, "addr", "add", `${a}/29`, "dev", "eth0"]);
     ip(["-n", ns, "link", "set", "eth0", "up"]);
     ip(["-n", ns, "link", "set", "lo", "up"]);
     ip(["-n", ns, "route", "add", "default", "via", addr(1)]);
@@ -69,11 +77,19 @@ export async function startPeerHost(): Promise<PeerHost> {
       server!.stdout!.once("data", () => resolve());
       server!.once("exit", (code) => reject(new Error(`the peer host's server exited (${code})`)));
     });
+    if (servers) {
+      const env = { ...process.env, ...servers.env, PEER_A: addr(2), PEER_B: addr(3), PEER_C: addr(4) };
+      extra = spawn("ip", ["netns", "exec", ns, process.execPath, "-e", servers.script], { stdio: ["ignore", "pipe", "inherit"], env });
+      await new Promise<void>((resolve, reject) => {
+        extra!.stdout!.once("data", () => resolve());
+        extra!.once("exit", (code) => reject(new Error(`the peer host's extra servers exited (${code})`)));
+      });
+    }
     const body = await get(`http://${addr(2)}:8080/`);
     if (!body.startsWith("peer-ok")) throw new Error(`the peer host answered ${body}`);
   } catch (err) {
     await close();
     throw err;
   }
-  return { a: addr(2), b: addr(3), port: 8080, close };
+  return { a: addr(2), b: addr(3), c: addr(4), port: 8080, close };
 }

@@ -22,8 +22,10 @@ import { runCommand } from "../../host/commands.js";
 import { deleteDevice, deviceName, NET_BASE, withHostLock } from "./addresses.js";
 import { hostLocalAddresses, nameServers } from "./dns.js";
 import type { EgressPolicy } from "../../domain/network.js";
+import { nft, TABLE } from "./nft-run.js";
+import { dropProxy, setProxy } from "./egress-proxy/proxies.js";
+import { setProxyInfrastructure } from "./egress-proxy/sandbox-proxy.js";
 
-const TABLE = "inet locale2b";
 const DEVICES = `"l2b*"`;
 /** An empty chain naming this version of the table's rules: another version is replaced. */
 const SCHEMA = "schema_3";
@@ -33,13 +35,6 @@ export function missingTools(tools: string[]): string | undefined {
   const missing = tools.filter((t) => !findExecutable(t));
   if (missing.length) return `missing ${missing.join(", ")} (run scripts/setup-host, or install nftables, iproute2 and util-linux)`;
   return undefined;
-}
-
-/** Runs an nft script as one transaction. */
-async function nft(script: string): Promise<void> {
-  await runCommand(findExecutable("nft")!, ["-f", "-"], { input: script }).catch((err: { stderr?: string; message: string }) => {
-    throw new Error(`nft failed: ${(err.stderr ?? err.message).trim()}`);
-  });
 }
 
 /** The shared table's rules (replacing an older version of them). */
@@ -112,6 +107,7 @@ export async function setInfrastructure(addresses: string[], log: Logger): Promi
   if (!findExecutable("nft") || process.getuid?.() !== 0) return;
   await ensureTable(log);
   const v4 = [...new Set(addresses.filter((a) => /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/.test(a)))];
+  setProxyInfrastructure(v4);
   await nft([`flush set ${TABLE} infra`, ...(v4.length ? [`add element ${TABLE} infra { ${v4.join(", ")} }`] : [])].join("\n"));
 }
 
@@ -153,12 +149,15 @@ export async function applyPolicy(device: string, sandboxId: string, policy: Egr
       `add element ${TABLE} sandboxes { "${device}" : jump ${chain} }`,
     ].join("\n"),
   );
+  // Host names: the sandbox's TCP that its addresses do not settle goes through its egress proxy.
+  await setProxy(device, sandboxId, policy, log);
 }
 
 /** Removes a sandbox's chain; what is already gone is fine. */
 export async function removePolicy(device: string, sandboxId: string): Promise<void> {
   const bin = findExecutable("nft");
   if (!bin) return;
+  await dropProxy(sandboxId, device);
   await runCommand(bin, ["delete", "element", ...TABLE.split(" "), "sandboxes", `{ "${device}" }`]).catch(() => undefined);
   await runCommand(bin, ["delete", "chain", ...TABLE.split(" "), policyChain(sandboxId)]).catch(() => undefined);
 }
@@ -201,14 +200,14 @@ export async function removeStalePolicies(log: Logger): Promise<number> {
   const chains: string[] = [];
   for (const item of table.nftables ?? []) {
     const map = item.map as { name?: string; elem?: unknown[] } | undefined;
-    if (map?.name === "sandboxes") {
+    if (map?.name === "sandboxes" || map?.name === "proxied") {
       for (const e of map.elem ?? []) {
         const [device, verdict] = e as [unknown, { jump?: { target?: unknown } }];
         if (typeof device === "string" && typeof verdict?.jump?.target === "string") elements.push([device, verdict.jump.target]);
       }
     }
     const chain = item.chain as { name?: unknown } | undefined;
-    if (typeof chain?.name === "string" && chain.name.startsWith("sbx_")) chains.push(chain.name);
+    if (typeof chain?.name === "string" && /^(sbx|px)_/.test(chain.name)) chains.push(chain.name);
   }
   let devices: Set<string>;
   try {
@@ -219,7 +218,7 @@ export async function removeStalePolicies(log: Logger): Promise<number> {
   const named = new Set(elements.map(([, chain]) => chain));
   const stale = elements.filter(([device]) => !devices.has(device));
   const script = [
-    ...stale.map(([device, chain]) => `delete element ${TABLE} sandboxes { "${device}" }\ndelete chain ${TABLE} ${chain}`),
+    ...stale.map(([device, chain]) => `delete element ${TABLE} ${chain.startsWith("px_") ? "proxied" : "sandboxes"} { "${device}" }\ndelete chain ${TABLE} ${chain}`),
     ...chains.filter((c) => !named.has(c)).map((c) => `delete chain ${TABLE} ${c}`),
   ];
   // One by one: a chain another server is deleting meanwhile must not fail the rest.

@@ -1,7 +1,8 @@
-// E2B's `network.allowOut` / `denyOut` as a typed policy: parsed (and
-// domain names resolved) where a request enters, enforced by nft rules on the
-// host side of a sandbox's network device (nft.ts).
-import { lookup } from "node:dns/promises";
+// E2B's `network.allowOut` / `denyOut` as a typed policy: parsed where a
+// request enters; addresses are enforced by nft rules on the host side of a
+// sandbox's network device (nft.ts), host names (`example.com`,
+// `*.example.com`) by the egress proxy on the TLS SNI / HTTP Host of each
+// connection (egress-proxy/).
 import net from "node:net";
 import { ControlPlaneError } from "../../domain/errors.js";
 import type { EgressPolicy, EgressRules } from "../../domain/network.js";
@@ -36,9 +37,27 @@ function cidr(entry: string, key: string): string | "v6" | undefined {
 }
 
 /**
- * The policy a create asks for, with domain names in allowOut resolved to
- * their IPv4 addresses now (the sandbox may reach those addresses); undefined
- * when it asks for none. Bad entries are `invalid` errors that say which.
+ * A host name of allowOut, lowercased without a trailing dot: `example.com`
+ * or `*.example.com` (E2B's form: one leading wildcard label, matching
+ * subdomains at any depth but not the apex; a bare `*` is invalid).
+ */
+function hostPattern(entry: string): string {
+  const e = entry.toLowerCase().replace(/\.$/, "");
+  const rest = e.startsWith("*.") ? e.slice(2) : e;
+  if (e === "*" || (e.startsWith("*") && !e.startsWith("*."))) {
+    throw new ControlPlaneError("invalid", `network.allowOut: '${entry}': a wildcard is one leading label, as in '*.example.com' (a bare '*' is not allowed: use '0.0.0.0/0')`);
+  }
+  if (!HOSTNAME.test(rest) || rest.includes("*") || /^\d+(\.\d+)*$/.test(rest)) {
+    throw new ControlPlaneError("invalid", `network.allowOut: '${entry}' is not a CIDR block, an IP address or a domain name`);
+  }
+  return e;
+}
+
+/**
+ * The policy a create asks for (host names kept as names: the egress proxy
+ * judges them per connection, so a name's addresses may change after
+ * create); undefined when it asks for none. Bad entries are `invalid` errors
+ * that say which.
  */
 export async function resolveEgress(rules: EgressRules | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
   if (!rules) return undefined;
@@ -52,6 +71,7 @@ export async function resolveEgress(rules: EgressRules | undefined, allowInterne
     if (c !== "v6") deny.push(c); // IPv6 is denied anyway: the sandbox has no IPv6 route
   }
   const allow: string[] = [];
+  const names: string[] = [];
   for (const e of allowOut) {
     const c = cidr(e, "allowOut");
     if (c === "v6") {
@@ -61,15 +81,8 @@ export async function resolveEgress(rules: EgressRules | undefined, allowInterne
       allow.push(c);
       continue;
     }
-    if (e.startsWith("*.")) {
-      throw new ControlPlaneError("invalid", `network.allowOut: '${e}': wildcard domains are not supported by this server; list each host name`);
-    }
-    if (!HOSTNAME.test(e)) throw new ControlPlaneError("invalid", `network.allowOut: '${e}' is not a CIDR block, an IP address or a domain name`);
-    const addrs = await lookup(e, { all: true, family: 4 }).catch((err: NodeJS.ErrnoException) => {
-      throw new ControlPlaneError("invalid", `network.allowOut: cannot resolve '${e}' (${err.code ?? err.message})`);
-    });
-    for (const a of addrs) allow.push(`${a.address}/32`);
+    names.push(hostPattern(e));
   }
   if (!allowInternetAccess) deny.push("0.0.0.0/0");
-  return { allow: [...new Set(allow)], deny: [...new Set(deny)] };
+  return { allow: [...new Set(allow)], deny: [...new Set(deny)], ...(names.length ? { names: [...new Set(names)] } : {}) };
 }
