@@ -216,10 +216,10 @@ export class GvisorInstance implements Instance {
 
   /**
    * Pause to disk: the init closes its host listener and every relayed
-   * connection (runsc cannot save a sandbox holding a host socket), runsc
-   * saves the sandbox's memory and state into layout.checkpoint (uncompressed)
-   * and leaves it running; only then is the sentry stopped, and its memory
-   * freed. A checkpoint that fails leaves the sandbox running, listening
+   * connection (runsc cannot save a sandbox holding a host socket), the
+   * sandbox is frozen, runsc saves its memory and state into
+   * layout.checkpoint (uncompressed); only then is the sentry stopped, and
+   * its memory freed. A checkpoint that fails leaves the sandbox running, listening
    * again, and says why. Open streams end; new calls work after the resume.
    */
   async pause(): Promise<void> {
@@ -229,11 +229,18 @@ export class GvisorInstance implements Instance {
     this.busy = true;
     try {
       rmSync(layout.checkpoint, { recursive: true, force: true });
+      let frozen = false;
       try {
         await this.quiesce();
+        // Frozen from before the checkpoint until the sentry stops: a sandbox left running after its
+        // checkpoint went on writing to its disk, and the restore rewound its memory to before those
+        // writes (a counter appended to a file showed repeated counts after a resume).
+        await runsc.pause();
+        frozen = true;
         await runsc.checkpoint(layout.checkpoint);
       } catch (err) {
         rmSync(layout.checkpoint, { recursive: true, force: true });
+        if (frozen) await runsc.resume().catch((e: unknown) => log.error({ err: e }, "the sandbox does not run again after a failed checkpoint"));
         await this.relisten().catch((e: unknown) => log.error({ err: e }, "the sandbox does not listen again after a failed checkpoint"));
         throw err;
       }
