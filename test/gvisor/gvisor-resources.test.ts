@@ -37,8 +37,10 @@ let a: Sandbox;
 let neighbour: Sandbox;
 
 /** How many processes the kernel's OOM killer took in the sandbox's host cgroup. */
+const instance = (s: Sandbox) => cp.manager["instances"].get(s.sandboxId) as GvisorInstance | undefined;
+
 function oomKills(s: Sandbox): number {
-  const inst = cp.manager["instances"].get(s.sandboxId) as GvisorInstance | undefined;
+  const inst = instance(s);
   if (!inst) return 0;
   return openCgroup((inst.persisted as { cgroup: CgroupRecord }).cgroup, s.sandboxId)?.oomKills() ?? 0;
 }
@@ -114,6 +116,18 @@ describe.skipIf(missing !== undefined)(`gvisor: a limit fails the offender, not 
     expect(m, r.out).not.toBeNull();
     expect(Number(m![1])).toBeLessThan(PIDS_MAX);
     expect(m![2]).toMatch(/can't start new thread|Resource temporarily unavailable/);
+    await bothAnswer();
+  });
+
+  it.each(both)("as %s: gVisor's cgroup files inside change only gVisor's kernel: the host cgroup's limits stay", async (user) => {
+    const host = openCgroup((instance(a)!.persisted as { cgroup: CgroupRecord }).cgroup, a.sandboxId)!;
+    const limit = host.memoryLimit();
+    const r = await sh(a, "echo max > /sys/fs/cgroup/pids/pids.max; echo $?; cat /sys/fs/cgroup/pids/pids.max; echo 999999999999 > /sys/fs/cgroup/memory/memory.limit_in_bytes 2>&1; ls /sys/fs/cgroup", user);
+    if (user === "user") expect(r.out).toMatch(/Permission denied|Read-only/);
+    expect(host.memoryLimit()).toBe(limit);
+    expect(limit).toBe(512 << 20);
+    // Put back for the tests after this one (root could lift its own sandbox's limit, never the host's).
+    await sh(a, `echo ${PIDS_MAX} > /sys/fs/cgroup/pids/pids.max`, "root");
     await bothAnswer();
   });
 
