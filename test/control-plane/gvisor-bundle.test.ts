@@ -2,8 +2,9 @@
 // runs with, its directory layout, the rules a veth gets, the network
 // namespace's name.
 import { describe, expect, it } from "vitest";
-import { HOST_DIR, ociSpec } from "../../control-plane/runtimes/gvisor/bundle.js";
+import { HOST_DIR, hostPidsMax, ociSpec } from "../../control-plane/runtimes/gvisor/bundle.js";
 import { effectivePolicy } from "../../control-plane/runtimes/gvisor/instance.js";
+import { isRunscProcess, keptExecutableOf } from "../../control-plane/runtimes/gvisor/oom-ranks.js";
 import { gvisorLayout } from "../../control-plane/runtimes/gvisor/rootfs.js";
 import { netnsName } from "../../control-plane/runtimes/net/netns.js";
 
@@ -29,11 +30,15 @@ describe("gvisor OCI spec", () => {
     expect(spec.hostname).toBe(base.sandboxId);
   });
 
-  it("limits memory, CPU and pids in the cgroup runsc makes; /dev/shm is half the memory", () => {
-    const spec = ociSpec(base) as { linux: { cgroupsPath: string; resources: Record<string, Record<string, number>> }; mounts: { destination: string; options?: string[] }[] };
+  it("limits memory, CPU and pids in the cgroup runsc makes; /dev/shm is half the memory, /run bounded; gVisor's own cgroups are mounted", () => {
+    const spec = ociSpec(base) as { linux: { cgroupsPath: string; resources: Record<string, Record<string, number>> }; mounts: { destination: string; type: string; options?: string[] }[] };
     expect(spec.linux.cgroupsPath).toBe(base.cgroupsPath);
-    expect(spec.linux.resources).toEqual({ memory: { limit: 512 << 20 }, cpu: { quota: 200_000, period: 100_000 }, pids: { limit: 1024 } });
+    // The host's pids limit leaves room for a systrap stub per task inside: the limit inside (1024) stops a bomb first.
+    expect(spec.linux.resources).toEqual({ memory: { limit: 512 << 20 }, cpu: { quota: 200_000, period: 100_000 }, pids: { limit: hostPidsMax(1024) } });
+    expect(hostPidsMax(1024)).toBeGreaterThan(2 * 1024);
     expect(spec.mounts.find((m) => m.destination === "/dev/shm")?.options).toContain(`size=${256 << 20}`);
+    expect(spec.mounts.find((m) => m.destination === "/run")?.options).toContain(`size=${64 << 20}`);
+    expect(spec.mounts.find((m) => m.destination === "/sys/fs/cgroup")?.type).toBe("cgroup");
   });
 
   it("joins the named network namespace when it has one, else gets a new one (loopback only)", () => {
@@ -61,5 +66,22 @@ describe("gvisor sandbox directory and network", () => {
 
   it("names the network namespace after the sandbox (l2bn + the last 12 characters of its id)", () => {
     expect(netnsName("abcdefghijklmnopqrst")).toBe("l2bnijklmnopqrst");
+  });
+});
+
+describe("gvisor OOM ranks", () => {
+  it("tells runsc's own processes (sentry, gofer) from the stubs of the sandbox's processes", () => {
+    expect(isRunscProcess("runsc-sandbox\0--root=/x\0boot\0")).toBe(true);
+    expect(isRunscProcess("runsc-gofer\0--root=/x\0gofer\0")).toBe(true);
+    expect(isRunscProcess("")).toBe(false); // a systrap stub has no command line
+    expect(isRunscProcess("python3\0-c\0")).toBe(false);
+  });
+
+  it("keeps the stubs that map the init's or envd's executable, and no other", () => {
+    const map = (path: string) => `5626c018e000-5626c0192000 r-xs 00002000 fe:00 11650172                   ${path}\n`;
+    expect(keptExecutableOf(map("/root/sbin/locale2b-init"))).toBe("/sbin/locale2b-init");
+    expect(keptExecutableOf(`${map("/memfd:runsc-memory (deleted)")}${map("/opt/locale2b/node/bin/node")}`)).toBe("/opt/locale2b/node/bin/node");
+    expect(keptExecutableOf(map("/root/usr/bin/python3.11"))).toBeUndefined();
+    expect(keptExecutableOf(map("/root/usr/local/bin/node"))).toBeUndefined(); // the user's node is not envd's
   });
 });

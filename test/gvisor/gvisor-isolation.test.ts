@@ -2,8 +2,7 @@
 // the real JS SDK: host files, processes and devices, the host's loopback
 // services and the control plane, a neighbour sandbox. Then the network
 // policy (deny/allow lists, updateNetwork, no internet) against a test peer
-// host, the disk bound, an out-of-memory sandbox, and what a dead sandbox
-// leaves behind. Two sandboxes are shared by the whole file (gVisor is slow).
+// host, and what a dead sandbox leaves behind (limits: gvisor-resources.test.ts). Two sandboxes are shared by the whole file (gVisor is slow).
 import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
@@ -87,8 +86,10 @@ describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`,
     if (user === "user") expect(r0.out).toMatch(/no new privileges/);
     expect(readFileSync("/proc/sys/kernel/hostname", "utf8")).toBe(hostname);
     expect(existsSync("/mnt/x")).toBe(false);
+    // gVisor's own cgroups (named after the container, i.e. the sandbox id, which is also its hostname), never the host's.
     const r = await sh(a, "cat /proc/self/cgroup", user);
-    expect(r.out).not.toContain(a.sandboxId);
+    expect(r.out).toMatch(/^\d+:pids:\//m);
+    expect(r.out).not.toMatch(/locale2b-gvisor|process_api/);
   });
 
   it("ordinary root work stays inside: apt-style writes to /etc and /usr as root, user: 'root' files", async () => {
@@ -213,26 +214,7 @@ describe.skipIf(missing !== undefined)(`gvisor: egress rules${why}`, { timeout: 
   });
 });
 
-describe.skipIf(missing !== undefined)(`gvisor: resources and clean-up${why}`, { timeout: TIMEOUT }, () => {
-  it("diskSizeMB is enforced: writing past it is ENOSPC inside; the sandbox goes on once space is freed", async () => {
-    const r = await sh(a, "dd if=/dev/zero of=/home/user/big bs=4M count=400 2>&1 | grep -c 'No space left on device'");
-    expect(r.out.trim()).toBe("1");
-    await sh(a, "rm -f /home/user/big");
-    expect((await sh(a, "echo alive > /home/user/ok && cat /home/user/ok")).out).toBe("alive\n");
-  });
-
-  it("a sandbox over its memory limit is stopped and reported as out of memory; its neighbours live", async () => {
-    const s = await Sandbox.create("base", { timeoutMs: 600_000 });
-    const id = s.sandboxId;
-    // Touched pages (b'x' * n), not calloc's untouched ones: they are charged to the sandbox's cgroup.
-    // The OOM killer takes the sentry (its oom_score_adj is 1000), and with it the whole sandbox.
-    const r = await sh(s, `python3 -c "b=[b'x'*(64<<20) for _ in range(64)]; print('survived')"`);
-    expect(r.out).not.toMatch(/survived/);
-    await waitFor(async () => (await cp.store.getSandbox(id))?.state === "killed", "the sandbox to be reported dead");
-    expect((await cp.store.getSandbox(id))!.endReason).toMatch(/ran out of memory \(\d+ MiB\)/);
-    expect((await sh(a, "echo alive")).out).toBe("alive\n");
-  });
-
+describe.skipIf(missing !== undefined)(`gvisor: clean-up${why}`, { timeout: TIMEOUT }, () => {
   it("a sandbox that dies leaves no directory, cgroup, network namespace, device or rules behind", async () => {
     const s = await Sandbox.create("base", { timeoutMs: 600_000 });
     const inst = instance(s);

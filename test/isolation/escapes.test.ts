@@ -12,6 +12,7 @@ import { ProcessRuntime } from "../../control-plane/runtimes/process/process-run
 import type { ProcessInstance } from "../../control-plane/runtimes/process/instance.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { nftChain, uplinkAddress } from "../helpers/egress.js";
+import { fill, memoryBurst, processBomb, sh } from "../helpers/resource-probes.js";
 import { rejection, setEnv } from "../helpers/sdk.js";
 
 const runtime = new ProcessRuntime();
@@ -24,17 +25,6 @@ let a: Sandbox;
 let b: Sandbox;
 const sha = (text: string | Buffer) => createHash("sha256").update(text).digest("hex");
 const token = (s: Sandbox) => (s as unknown as { envdAccessToken?: string }).envdAccessToken ?? "";
-
-/** Runs a shell command; never throws: `[exit] stdout+stderr`. */
-async function sh(s: Sandbox, command: string, user?: "root" | "user"): Promise<{ code: number; out: string }> {
-  try {
-    const r = await s.commands.run(command, { ...(user ? { user } : {}), timeoutMs: 120_000 });
-    return { code: r.exitCode, out: `${r.stdout}${r.stderr}` };
-  } catch (err) {
-    const e = err as { exitCode?: number; stdout?: string; stderr?: string; message: string };
-    return { code: e.exitCode ?? -1, out: `${e.stdout ?? ""}${e.stderr ?? e.message}` };
-  }
-}
 
 function instance(s: Sandbox): ProcessInstance {
   return cp.manager["instances"].get(s.sandboxId) as ProcessInstance;
@@ -297,35 +287,20 @@ s=socket.socket(socket.AF_UNIX); s.bind("\\0locale2b-abstract"); s.listen(); tim
 
 describe.skipIf(skip !== undefined)(`resources fail the offender, not the sandbox or its neighbours${skip ? ` (skipped: ${skip})` : ""}`, () => {
   it("a burst of small processes over the memory limit gets some of them killed; envd and the sandbox live", async () => {
-    const burst = `for i in $(seq 70); do python3 -c "b=bytearray(12<<20); import time; time.sleep(8)" & done; fails=0; for j in $(jobs -p); do wait $j || fails=$((fails+1)); done; echo "killed $fails"`;
-    const r = await sh(a, burst);
+    const r = await sh(a, memoryBurst());
     expect(Number(/killed (\d+)/.exec(r.out)?.[1]), r.out).toBeGreaterThan(0);
     expect((await sh(a, "echo alive")).out).toBe("alive\n");
     expect((await sh(b, "echo neighbour")).out).toBe("neighbour\n");
   });
 
   it("/dev/shm is size-limited and charged to the sandbox: a 900 MiB file fails, the sandbox lives", async () => {
-    const r = await sh(a, "dd if=/dev/zero of=/dev/shm/big bs=1M count=900 2>&1; df -m /dev/shm | tail -1; rm -f /dev/shm/big");
+    const r = await sh(a, fill("/dev/shm/big", 900));
     expect(r.out).toMatch(/No space left on device/);
     expect((await sh(a, "echo alive")).out).toBe("alive\n");
   });
 
   it("a process bomb stops at the sandbox's pids limit; the sandbox and its neighbour still start processes", async () => {
-    const py = `
-import os, time, signal
-kids = []
-try:
-    while len(kids) < 5000:
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30); os._exit(0)
-        kids.append(pid)
-except OSError as e:
-    print("stopped", len(kids), e.strerror)
-for k in kids: os.kill(k, signal.SIGKILL)
-for k in kids: os.waitpid(k, 0)
-`;
-    await a.files.write("/tmp/bomb.py", py);
+    await a.files.write("/tmp/bomb.py", processBomb);
     const r = await sh(a, "python3 /tmp/bomb.py");
     const n = Number(/stopped (\d+)/.exec(r.out)?.[1]);
     expect(n, r.out).toBeGreaterThan(100);

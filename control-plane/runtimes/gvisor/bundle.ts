@@ -30,6 +30,22 @@ const CAPS = [
 
 const MiB = 1024 * 1024;
 const CPU_PERIOD_US = 100_000;
+/** /run holds only sockets and pid files: a bound keeps root inside from filling the memory through it. */
+const RUN_BYTES = 64 * MiB;
+
+/**
+ * The host cgroup's pids.max for a sandbox of `pidsMax` tasks inside. Each
+ * guest process is a systrap stub on the host (a process and its clone) plus
+ * the sentry's and gofer's threads: the limit inside (gVisor's pids cgroup)
+ * must be what stops a fork bomb, with EAGAIN; a host limit reached first
+ * fails the sentry's clone of a stub, and runsc 20240729 then panics.
+ */
+export function hostPidsMax(pidsMax: number): number {
+  return pidsMax * 4 + 256;
+}
+
+/** Where the sandbox's own cgroups are mounted: gVisor's, in its kernel (the container's group is the mount's root). */
+export const GUEST_PIDS_MAX = "/sys/fs/cgroup/pids/pids.max";
 
 export interface BundleSpec {
   sandboxId: string;
@@ -41,6 +57,7 @@ export interface BundleSpec {
   netnsPath?: string;
   memoryMB: number;
   cpuCount: number;
+  /** Tasks (processes and threads) in the sandbox: gVisor's own pids cgroup, set by guestPidsLimit after the start. */
   pidsMax: number;
   envdLogLevel: string;
   /** The cgroup path runsc creates in every controller, relative to the control plane's own group. */
@@ -68,7 +85,9 @@ export function ociSpec(s: BundleSpec): Record<string, unknown> {
       { destination: "/dev/pts", type: "devpts", source: "devpts", options: ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"] },
       { destination: "/dev/shm", type: "tmpfs", source: "shm", options: ["nosuid", "nodev", "mode=1777", `size=${shmBytes}`] },
       { destination: "/sys", type: "sysfs", source: "sysfs", options: ["nosuid", "noexec", "nodev", "ro"] },
-      { destination: "/run", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=755"] },
+      // gVisor's cgroupfs (its own kernel's, not the host's): its pids controller fails fork/clone with EAGAIN.
+      { destination: "/sys/fs/cgroup", type: "cgroup", source: "cgroup", options: ["nosuid", "noexec", "nodev", "ro"] },
+      { destination: "/run", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=755", `size=${RUN_BYTES}`] },
       { destination: HOST_DIR, type: "bind", source: s.hostDir, options: ["rbind", "rw"] },
     ],
     linux: {
@@ -76,7 +95,7 @@ export function ociSpec(s: BundleSpec): Record<string, unknown> {
       resources: {
         memory: { limit: s.memoryMB * MiB },
         cpu: { quota: Math.round(s.cpuCount * CPU_PERIOD_US), period: CPU_PERIOD_US },
-        pids: { limit: s.pidsMax },
+        pids: { limit: hostPidsMax(s.pidsMax) },
       },
       namespaces: [{ type: "pid" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }, { type: "network", ...(s.netnsPath ? { path: s.netnsPath } : {}) }],
     },

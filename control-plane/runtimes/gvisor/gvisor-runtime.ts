@@ -14,9 +14,8 @@ import { releaseDevice, releaseSandboxDevice } from "../net/nft.js";
 import { createNetns, deleteNetns, netnsName } from "../net/netns.js";
 import { attachVeth, isNetRecord, updateVethPolicy, vethUnsupported, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../../domain/network.js";
-import { ociSpec } from "./bundle.js";
+import { GUEST_PIDS_MAX, ociSpec } from "./bundle.js";
 import { effectivePolicy, GvisorInstance, type PersistedGvisorInstance } from "./instance.js";
-import { preferSentryOnOom } from "./host-ops.js";
 import { tailLines } from "../../host/log-tail.js";
 import { WarmImages, warmKey } from "./warm-image.js";
 import { gvisorLayout, mountRoot, quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk } from "./rootfs.js";
@@ -164,6 +163,7 @@ export class GvisorRuntime implements Runtime {
         await createNetns(netns);
         net = await attachVeth(spec.sandboxId, { name: netns }, effectivePolicy(spec.egress, spec.allowInternetAccess), spec.log);
       }
+      const pidsMax = this.opts.pidsMax ?? 1024;
       const config = ociSpec({
         sandboxId: spec.sandboxId,
         rootfs: layout.rootfs,
@@ -171,7 +171,7 @@ export class GvisorRuntime implements Runtime {
         netnsPath: netns && `/run/netns/${netns}`,
         memoryMB: spec.memoryMB,
         cpuCount,
-        pidsMax: this.opts.pidsMax ?? 1024,
+        pidsMax,
         envdLogLevel: this.logLevel(),
         cgroupsPath: `${CGROUP_FOLDER}/${spec.sandboxId}`,
       });
@@ -187,7 +187,8 @@ export class GvisorRuntime implements Runtime {
       else await runsc.run(how);
       const state = await runsc.state();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
-      preferSentryOnOom(state.pid, spec.log);
+      // A restored sandbox's kernel has its limit from the checkpoint; a booted one gets it now (the host's is looser: bundle.ts).
+      if (!from?.checkpoint) await runsc.writeInside(GUEST_PIDS_MAX, String(pidsMax)).catch((err: unknown) => spec.log.warn({ err }, "cannot set the sandbox's pids limit inside: a fork bomb may stop it"));
       const cgroup = openCgroup(groupRecordOf(state.pid, spec.sandboxId), spec.sandboxId);
       if (!cgroup) spec.log.warn("cannot find the sandbox's cgroup: stats and out-of-memory reports are missing");
       spec.log.debug({ pid: state.pid, netns, device: net?.device }, "gVisor sandbox started");

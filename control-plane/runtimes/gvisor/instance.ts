@@ -18,7 +18,8 @@ import { quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk, type G
 import type { Runsc } from "./runsc.js";
 import { setTimeout as sleep } from "node:timers/promises";
 import { accepts } from "../../host/unix-socket.js";
-import { copyDir, lstatOrUndefined, preferSentryOnOom, socketAt, syncFs } from "./host-ops.js";
+import { copyDir, lstatOrUndefined, socketAt, syncFs } from "./host-ops.js";
+import { OomRanks } from "./oom-ranks.js";
 
 /** How often the sandbox's sentry process is checked for life. */
 const WATCH_INTERVAL_MS = 500;
@@ -104,6 +105,8 @@ export class GvisorInstance implements Instance {
   private checkpointed: boolean;
   /** The cgroup's OOM-kill count at the last look. */
   private ooms: number;
+  /** Who the kernel's OOM killer takes first: the sandbox's processes, not its sentry, init or envd (a new one per sentry). */
+  private oomRanks: OomRanks;
 
   constructor(private readonly o: GvisorInstanceInit) {
     this.sandboxId = o.sandboxId;
@@ -114,11 +117,15 @@ export class GvisorInstance implements Instance {
     this.cgroup = o.cgroup;
     this.checkpointed = o.checkpointed ?? false;
     this.ooms = o.cgroup?.oomKills() ?? 0;
+    this.oomRanks = new OomRanks(o.log);
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (this.checkpointed || this.busy) return; // no sentry while paused to disk, or while it changes
       if (!isRunning(this.pid_, this.startTime)) this.died("the sandbox exited");
-      // An OOM kill the sandbox lived through (one process's address space, not the sentry) is old news.
-      else this.ooms = this.cgroup?.oomKills() ?? this.ooms;
+      else {
+        // An OOM kill the sandbox lived through (one of its processes, not the sentry) is old news.
+        this.ooms = this.cgroup?.oomKills() ?? this.ooms;
+        this.rankOom();
+      }
     });
     this.cpu = new CpuMeter(o.cpuCount, o.cgroup?.cpuNs() ?? 0);
   }
@@ -133,6 +140,7 @@ export class GvisorInstance implements Instance {
    * (a symlink, a file) is never dialed, and the create times out saying so.
    */
   vsockReady(): boolean {
+    this.rankOom();
     if (socketAt(this.o.layout.dialSocket)) return true;
     if (!socketAt(this.o.layout.socket)) {
       if (lstatOrUndefined(this.o.layout.socket)) {
@@ -149,6 +157,11 @@ export class GvisorInstance implements Instance {
     if (socketAt(this.o.layout.dialSocket)) return true;
     rmSync(this.o.layout.dialSocket, { force: true });
     return false;
+  }
+
+  /** Ranks the sandbox's host processes for the OOM killer (oom-ranks.ts): new ones since the last look. */
+  private rankOom(): void {
+    if (this.cgroup && !this.checkpointed) this.oomRanks.update(this.cgroup.pids());
   }
 
   get persisted(): Record<string, unknown> {
@@ -203,10 +216,10 @@ export class GvisorInstance implements Instance {
 
   /**
    * Pause to disk: the init closes its host listener and every relayed
-   * connection (runsc cannot save a sandbox holding a host socket), runsc
-   * saves the sandbox's memory and state into layout.checkpoint (uncompressed)
-   * and leaves it running; only then is the sentry stopped, and its memory
-   * freed. A checkpoint that fails leaves the sandbox running, listening
+   * connection (runsc cannot save a sandbox holding a host socket), the
+   * sandbox is frozen, runsc saves its memory and state into
+   * layout.checkpoint (uncompressed); only then is the sentry stopped, and
+   * its memory freed. A checkpoint that fails leaves the sandbox running, listening
    * again, and says why. Open streams end; new calls work after the resume.
    */
   async pause(): Promise<void> {
@@ -216,11 +229,18 @@ export class GvisorInstance implements Instance {
     this.busy = true;
     try {
       rmSync(layout.checkpoint, { recursive: true, force: true });
+      let frozen = false;
       try {
         await this.quiesce();
+        // Frozen from before the checkpoint until the sentry stops: a sandbox left running after its
+        // checkpoint went on writing to its disk, and the restore rewound its memory to before those
+        // writes (a counter appended to a file showed repeated counts after a resume).
+        await runsc.pause();
+        frozen = true;
         await runsc.checkpoint(layout.checkpoint);
       } catch (err) {
         rmSync(layout.checkpoint, { recursive: true, force: true });
+        if (frozen) await runsc.resume().catch((e: unknown) => log.error({ err: e }, "the sandbox does not run again after a failed checkpoint"));
         await this.relisten().catch((e: unknown) => log.error({ err: e }, "the sandbox does not listen again after a failed checkpoint"));
         throw err;
       }
@@ -254,7 +274,7 @@ export class GvisorInstance implements Instance {
       this.cgroup = openCgroup(groupRecordOf(state.pid, sandboxId), sandboxId);
       this.ooms = this.cgroup?.oomKills() ?? 0;
       this.cpu.reset(this.cgroup?.cpuNs() ?? 0);
-      preferSentryOnOom(state.pid, log);
+      this.oomRanks = new OomRanks(log);
       this.checkpointed = false;
       await this.relisten();
       rmSync(layout.checkpoint, { recursive: true, force: true });

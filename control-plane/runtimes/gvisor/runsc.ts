@@ -143,6 +143,11 @@ export class Runsc {
     return this.cmd(["checkpoint", "-compression=none", `-image-path=${imagePath}`, "-leave-running", this.id], 600_000);
   }
 
+  /** Writes `value` into a file inside the sandbox as root (gVisor's kernel only: its own cgroup files). */
+  async writeInside(path: string, value: string): Promise<void> {
+    await this.cmd(["exec", "-user", "0:0", this.id, "/bin/sh", "-c", 'echo "$1" > "$2"', "sh", value, path], 60_000);
+  }
+
   /** A signal (a name such as URG: runsc sends 1-31 only) to the sandbox's init, PID 1 inside. */
   signal(name: string): Promise<string> {
     return this.cmd(["kill", this.id, name], 30_000);
