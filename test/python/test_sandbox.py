@@ -499,8 +499,12 @@ def test_egress_policy_and_update_network(control_plane):
             assert sbx.get_info().network is not None
         finally:
             sbx.kill()
-        with pytest.raises(Exception, match="wildcard domains are not supported"):
-            Sandbox.create(template="base", network={"allow_out": ["*.example.com"]})
+        # Names and leading wildcards are checked per connection (the egress proxy); a bare '*' and names
+        # in deny rules are refused, as E2B's API says.
+        with pytest.raises(Exception, match="a bare '\\*' is not allowed"):
+            Sandbox.create(template="base", network={"allow_out": ["*"], "deny_out": ["0.0.0.0/0"]})
+        with pytest.raises(Exception, match="domain names are not supported in deny rules"):
+            Sandbox.create(template="base", network={"deny_out": ["example.com"]})
     finally:
         if server:
             server.kill()

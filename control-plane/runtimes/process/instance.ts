@@ -92,8 +92,12 @@ export class ProcessInstance implements Instance {
     this.net = o.net;
     this.policy = o.policy;
     o.child?.once("exit", (code, signal) => this.died(exitReason(code, signal)));
+    let goneOnce = false;
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
-      if (!isRunning(o.pid, o.startTime)) this.died("the sandbox exited");
+      if (isRunning(o.pid, o.startTime)) return;
+      // Our own child's exit event says how it ended (a signal, a code): give it one more look to arrive.
+      if (o.child && o.child.exitCode === null && o.child.signalCode === null && !goneOnce) return void (goneOnce = true);
+      this.died("the sandbox exited");
     });
     // A new sandbox has used no CPU yet; an adopted one starts counting now.
     this.cpu = new CpuMeter(o.cpuCount, o.child ? 0 : this.cpuNs());
