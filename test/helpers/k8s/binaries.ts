@@ -4,7 +4,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { commandExists } from "./host.js";
 import { CNI_BIN_DIR } from "./node.js";
@@ -38,18 +38,22 @@ export function cachedArtifacts(): K8sArtifacts | undefined {
   const version = process.env.LOCALE2B_K8S_VERSION || "1.36.1";
   const hash = createHash("sha256");
   for (const f of ["build-binaries.sh", "pack-image.sh"]) hash.update(readFileSync(join(REPO, "scripts", "k8s", f)));
-  const root = join(process.env.LOCALE2B_CACHE_DIR || join(homedir(), ".cache", "locale2b"), "k8s");
-  const dir = join(root, `v${version}-${hash.digest("hex").slice(0, 12)}`);
+  const dir = join(cacheRoot(), "k8s", `v${version}-${hash.digest("hex").slice(0, 12)}`);
   return existsSync(join(dir, ".complete")) ? artifacts(dir) : undefined;
 }
 
+/** Where the build scripts cache what they build (outside the clone). */
+export function cacheRoot(): string {
+  return process.env.LOCALE2B_CACHE_DIR || join(homedir(), ".cache", "locale2b");
+}
+
 /**
- * Runs the build script: at once when its cache is complete, else a cold build (about 15-25 minutes of
- * one core; progress on stderr when `progress`).
+ * Runs a build script of scripts/k8s (Go on PATH; its progress on stderr when `progress`): the last line
+ * it prints, which names what it built, or an error with the end of its output.
  */
-export function buildBinaries(opts: { progress?: boolean } = {}): Promise<K8sArtifacts> {
+export function runBuildScript(script: string, opts: { progress?: boolean } = {}): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn("bash", [BUILD_SCRIPT], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PATH: `${process.env.PATH}:/usr/local/go/bin` } });
+    const child = spawn("bash", [script], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PATH: `${process.env.PATH}:/usr/local/go/bin` } });
     let out = "";
     let err = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString()));
@@ -59,11 +63,20 @@ export function buildBinaries(opts: { progress?: boolean } = {}): Promise<K8sArt
     });
     child.on("error", reject);
     child.on("exit", (code) => {
-      const dir = out.trim().split("\n").pop() ?? "";
-      if (code === 0 && existsSync(join(dir, ".complete"))) resolve(artifacts(dir));
-      else reject(new Error(`scripts/k8s/build-binaries.sh failed (exit ${code}):\n${err.trim().split("\n").slice(-15).join("\n")}`));
+      if (code === 0) resolve(out.trim().split("\n").pop() ?? "");
+      else reject(new Error(`scripts/k8s/${basename(script)} failed (exit ${code}):\n${err.trim().split("\n").slice(-15).join("\n")}`));
     });
   });
+}
+
+/**
+ * Runs the build script: at once when its cache is complete, else a cold build (about 15-25 minutes of
+ * one core; progress on stderr when `progress`).
+ */
+export async function buildBinaries(opts: { progress?: boolean } = {}): Promise<K8sArtifacts> {
+  const dir = await runBuildScript(BUILD_SCRIPT, opts);
+  if (!existsSync(join(dir, ".complete"))) throw new Error(`scripts/k8s/build-binaries.sh named ${dir || "nothing"}, which is not a complete build`);
+  return artifacts(dir);
 }
 
 /** Why a test cluster cannot run on this machine, or undefined. (The binaries are built on demand.) */

@@ -2,15 +2,13 @@
 // that a test can have 100 Nodes without 100 kubelets. Built by scripts/k8s/build-kwok.sh into
 // ~/.cache/locale2b/k8s-kwok (outside the clone); run here as a daemon of a test cluster (its command line
 // names the cluster's state directory, so `downCluster` stops it with the rest).
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Cluster } from "./cluster.js";
 import { get } from "./control-plane.js";
 import { alive, commandExists, startDaemon, tail, waitFor } from "./host.js";
-import { REPO } from "./binaries.js";
+import { cacheRoot, REPO, runBuildScript } from "./binaries.js";
 
 export const KWOK_SCRIPT = join(REPO, "scripts", "k8s", "build-kwok.sh");
 /** The annotation kwok is told to manage Nodes by (the one kwok's own manifests and kwokctl use). */
@@ -30,28 +28,15 @@ function artifacts(dir: string): KwokArtifacts {
 export function cachedKwok(): KwokArtifacts | undefined {
   const version = process.env.LOCALE2B_KWOK_VERSION || "v0.8.0";
   const key = createHash("sha256").update(readFileSync(KWOK_SCRIPT)).digest("hex").slice(0, 12);
-  const dir = join(process.env.LOCALE2B_CACHE_DIR || join(homedir(), ".cache", "locale2b"), "k8s-kwok", `${version}-${key}`);
+  const dir = join(cacheRoot(), "k8s-kwok", `${version}-${key}`);
   return existsSync(join(dir, ".complete")) ? artifacts(dir) : undefined;
 }
 
 /** Runs the build script (at once when cached; a few minutes cold). Progress on stderr when `progress`. */
-export function buildKwok(opts: { progress?: boolean } = {}): Promise<KwokArtifacts> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("bash", [KWOK_SCRIPT], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PATH: `${process.env.PATH}:/usr/local/go/bin` } });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => {
-      err = (err + d.toString()).slice(-8000);
-      if (opts.progress) process.stderr.write(d);
-    });
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      const bin = out.trim().split("\n").pop() ?? "";
-      if (code === 0 && existsSync(bin)) resolve(artifacts(join(bin, "..")));
-      else reject(new Error(`scripts/k8s/build-kwok.sh failed (exit ${code}):\n${err.trim().split("\n").slice(-15).join("\n")}`));
-    });
-  });
+export async function buildKwok(opts: { progress?: boolean } = {}): Promise<KwokArtifacts> {
+  const bin = await runBuildScript(KWOK_SCRIPT, opts);
+  if (!existsSync(bin)) throw new Error(`scripts/k8s/build-kwok.sh named ${bin || "nothing"}, which is not there`);
+  return artifacts(join(bin, ".."));
 }
 
 /** Why kwok cannot run here (not built, and no Go or LOCALE2B_K8S_NO_BUILD=1), after building it if it can. */
