@@ -10,6 +10,8 @@ export class DeathWatch {
   private readonly timer: NodeJS.Timeout;
   private stopped = false;
   private reason: string | undefined;
+  /** A death being reported once its clean-up has settled (reportAfter). */
+  private reporting = false;
 
   constructor(intervalMs: number, poll: () => void) {
     this.timer = setInterval(poll, intervalMs);
@@ -18,7 +20,7 @@ export class DeathWatch {
 
   /** Dead already, killed or detached: nothing more to report. */
   get over(): boolean {
-    return this.stopped || this.reason !== undefined;
+    return this.stopped || this.reporting || this.reason !== undefined;
   }
 
   get dead(): boolean {
@@ -31,6 +33,22 @@ export class DeathWatch {
     this.reason = reason;
     clearInterval(this.timer);
     for (const l of this.listeners) l(reason);
+  }
+
+  /**
+   * Reports the death once `cleanup` has settled, whatever its outcome (over
+   * from now on): what the sandbox held on the host (a VM's tap) is gone
+   * before anyone hears it died, so a caller that ends its process on the
+   * news leaves nothing behind.
+   */
+  reportAfter(cleanup: Promise<unknown>, reason: string): void {
+    if (this.over) return;
+    this.reporting = true;
+    clearInterval(this.timer);
+    void cleanup.catch(() => undefined).finally(() => {
+      this.reporting = false;
+      this.report(reason);
+    });
   }
 
   /** No more polling and no report (kill, or the server stopping: detach). */

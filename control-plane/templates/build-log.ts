@@ -3,7 +3,7 @@
 // file under the data dir, so logs survive the build and the server.
 import { appendFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname } from "node:path";
-import type { BuildLogEntry } from "../domain/template.js";
+import type { BuildLogEntry, TemplateBuildRecord } from "../domain/template.js";
 
 /** A line longer than this is cut (a progress bar without newlines, a binary blob). */
 const MAX_MESSAGE = 8 * 1024;
@@ -81,4 +81,26 @@ export class BuildLog {
       .map((l) => JSON.parse(l) as BuildLogEntry);
     return this.entries;
   }
+}
+
+/** GET .../status: entries from `offset` (at most `limit`, at least `level`), and for a failed build the lines that say why. */
+export function statusPage(
+  build: Pick<TemplateBuildRecord, "status" | "reason">,
+  all: BuildLogEntry[],
+  o: { offset: number; limit: number; level?: BuildLogEntry["level"] },
+): { entries: BuildLogEntry[]; reasonEntries: BuildLogEntry[] } {
+  const entries = all.slice(o.offset).filter((e) => levelAtLeast(e, o.level)).slice(0, o.limit);
+  const reasonEntries = build.status === "error" ? all.filter((e) => e.level !== "debug" && (build.reason?.step === undefined || e.step === build.reason.step)).slice(-20) : [];
+  return { entries, reasonEntries };
+}
+
+/** GET .../logs: entries from a timestamp cursor, forward or backward (newest first). */
+export function logsPage(all: BuildLogEntry[], o: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: BuildLogEntry["level"] }): BuildLogEntry[] {
+  const shown = all.filter((e) => levelAtLeast(e, o.level));
+  if (o.direction === "backward") {
+    const before = o.cursor === undefined ? shown : shown.filter((e) => e.timestamp <= o.cursor!);
+    return before.slice(-o.limit).reverse();
+  }
+  const after = o.cursor === undefined ? shown : shown.filter((e) => e.timestamp >= o.cursor!);
+  return after.slice(0, o.limit);
 }

@@ -9,12 +9,12 @@ import { ControlPlaneError } from "../domain/errors.js";
 import type { SandboxBoot, BuildLogEntry, BuildSpec, RegistryAuth, TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
 import type { TemplateCatalog } from "../images/catalog.js";
 import { buildingInBackground } from "../images/first-use.js";
-import { findTemplateImage } from "../images/layout.js";
 import type { ResolvedTemplate, TemplateResolver } from "../manager/options.js";
 import type { Store } from "../store/store.js";
 import { KeyedLock } from "../manager/locks.js";
-import { BuildLog, levelAtLeast } from "./build-log.js";
-import { builtInBuildId, DEFAULT_TAG, isTemplateId, newBuildId, newTemplateId, parseTemplateRef, printable, tagProblem, type TemplateRef } from "./names.js";
+import { BuildLog, logsPage, statusPage } from "./build-log.js";
+import { builtInBuild, builtInTemplate, type BuiltInDefaults } from "./built-in-templates.js";
+import { DEFAULT_TAG, isTemplateId, newBuildId, newTemplateId, parseTemplateRef, printable, tagProblem, type TemplateRef } from "./names.js";
 import { checkBuildSpec } from "./steps.js";
 import type { TemplateFiles } from "./uploads.js";
 
@@ -34,11 +34,8 @@ export interface BuildRunner {
   busy(buildId: string): boolean;
 }
 
-export interface TemplateDefaults {
-  cpuCount: number;
-  memoryMB: number;
-  diskSizeMB: number;
-}
+/** The shape of a template's sandboxes when its build names none. */
+export type TemplateDefaults = BuiltInDefaults;
 
 /** A template with its builds and tags, as the API shows it. */
 export interface TemplateView {
@@ -46,11 +43,6 @@ export interface TemplateView {
   /** Newest first. */
   builds: TemplateBuildRecord[];
   tags: TemplateTagRecord[];
-}
-
-/** A build log page: entries from `offset`. */
-export interface LogPage {
-  entries: BuildLogEntry[];
 }
 
 export interface TemplateServiceOptions {
@@ -99,7 +91,7 @@ export class TemplateService implements TemplateResolver {
 
   /** The template a reference names (id or name; namespace ignored), built-ins included. */
   private async find(ref: TemplateRef): Promise<TemplateRecord | undefined> {
-    return this.builtIn(ref.base) ?? (await this.o.store.templateByName(ref.base)) ?? (isTemplateId(ref.base) ? await this.o.store.getTemplate(ref.base) : undefined);
+    return builtInTemplate(this.o.catalog, this.o.defaults, ref.base) ?? (await this.o.store.templateByName(ref.base)) ?? (isTemplateId(ref.base) ? await this.o.store.getTemplate(ref.base) : undefined);
   }
 
   private parse(raw: string): TemplateRef {
@@ -118,7 +110,7 @@ export class TemplateService implements TemplateResolver {
 
   private async view(t: TemplateRecord): Promise<TemplateView> {
     if (t.builtIn) {
-      const build = this.builtInBuild(t);
+      const build = builtInBuild(this.o.catalog, this.o.defaults, t);
       return { template: t, builds: build ? [build] : [], tags: build ? [{ templateId: t.id, tag: DEFAULT_TAG, buildId: build.id, createdAt: build.createdAt }] : [] };
     }
     return { template: t, builds: await this.o.store.listTemplateBuilds(t.id), tags: await this.o.store.listTemplateTags(t.id) };
@@ -126,7 +118,7 @@ export class TemplateService implements TemplateResolver {
 
   /** Every template: the built-in ones first, then those built through the API, oldest first. */
   async list(): Promise<TemplateView[]> {
-    const builtIn = this.o.catalog.names().map((n) => this.builtIn(n)!).filter(Boolean);
+    const builtIn = this.o.catalog.names().flatMap((n) => builtInTemplate(this.o.catalog, this.o.defaults, n) ?? []);
     return Promise.all([...builtIn, ...(await this.o.store.listTemplates())].map((t) => this.view(t)));
   }
 
@@ -187,44 +179,9 @@ export class TemplateService implements TemplateResolver {
 
   /** The build a tag of a template points at. */
   private async taggedBuild(t: TemplateRecord, tag: string): Promise<TemplateBuildRecord | undefined> {
-    if (t.builtIn) return tag === DEFAULT_TAG ? this.builtInBuild(t) : undefined;
+    if (t.builtIn) return tag === DEFAULT_TAG ? builtInBuild(this.o.catalog, this.o.defaults, t) : undefined;
     const rec = await this.o.store.getTemplateTag(t.id, tag);
     return rec ? this.o.store.getTemplateBuild(rec.buildId) : undefined;
-  }
-
-  /** A template built from a definition on the server (`base`), shown as a public template with one build. */
-  private builtIn(name: string): TemplateRecord | undefined {
-    if (name.startsWith("@") || !this.o.catalog.has(name)) return undefined;
-    const image = findTemplateImage(name, this.o.catalog.dir);
-    const at = image ? Date.parse(image.manifest.builtAt) : 0;
-    return {
-      id: name,
-      names: [name],
-      public: true,
-      ...this.o.defaults,
-      createdAt: at,
-      updatedAt: at,
-      spawnCount: 0,
-      buildCount: image ? 1 : 0,
-      builtIn: true,
-    };
-  }
-
-  private builtInBuild(t: TemplateRecord): TemplateBuildRecord | undefined {
-    const image = findTemplateImage(t.id, this.o.catalog.dir);
-    if (!image) return undefined;
-    return {
-      id: builtInBuildId(image.hash),
-      templateId: t.id,
-      status: "ready",
-      ...this.o.defaults,
-      tags: [DEFAULT_TAG],
-      result: { ...this.o.catalog.boot(t.id), rootfsBytes: image.manifest.rootfsBytes },
-      envdVersion: ENVD_VERSION,
-      createdAt: t.createdAt,
-      updatedAt: t.createdAt,
-      finishedAt: t.createdAt,
-    };
   }
 
   // --- builds ---------------------------------------------------------------
@@ -403,22 +360,14 @@ export class TemplateService implements TemplateResolver {
   /** GET .../status: the build and its log entries from `offset` (at most `limit`, at least `level`). */
   async status(templateRef: string, buildId: string, o: { offset: number; limit: number; level?: BuildLogEntry["level"] }): Promise<{ build: TemplateBuildRecord; entries: BuildLogEntry[]; reasonEntries: BuildLogEntry[] }> {
     const { build } = await this.build(templateRef, buildId);
-    const all = this.logOf(build).all();
-    const entries = all.slice(o.offset).filter((e) => levelAtLeast(e, o.level)).slice(0, o.limit);
-    const reasonEntries = build.status === "error" ? all.filter((e) => e.level !== "debug" && (build.reason?.step === undefined || e.step === build.reason.step)).slice(-20) : [];
+    const { entries, reasonEntries } = statusPage(build, this.logOf(build).all(), o);
     return { build, entries, reasonEntries };
   }
 
   /** GET .../logs: entries from a timestamp cursor, forward or backward. */
   async logs(templateRef: string, buildId: string, o: { cursor?: number; limit: number; direction: "forward" | "backward"; level?: BuildLogEntry["level"] }): Promise<BuildLogEntry[]> {
     const { build } = await this.build(templateRef, buildId);
-    const all = this.logOf(build).all().filter((e) => levelAtLeast(e, o.level));
-    if (o.direction === "backward") {
-      const before = o.cursor === undefined ? all : all.filter((e) => e.timestamp <= o.cursor!);
-      return before.slice(-o.limit).reverse();
-    }
-    const after = o.cursor === undefined ? all : all.filter((e) => e.timestamp >= o.cursor!);
-    return after.slice(0, o.limit);
+    return logsPage(this.logOf(build).all(), o);
   }
 
   // --- changes --------------------------------------------------------------

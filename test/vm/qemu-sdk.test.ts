@@ -5,6 +5,7 @@
 // (test/helpers/sdk-envd-suite.ts) runs against it, then what only a VM
 // shows: in-memory pause/resume with a stream held open, the serial console
 // in the logs, and QEMU killed under an open stream.
+import { existsSync } from "node:fs";
 import http from "node:http";
 import { Sandbox } from "e2b";
 import { describe, expect, it } from "vitest";
@@ -131,7 +132,7 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       const out: string[] = [];
       const h = await sandbox.commands.run("while true; do echo tick; sleep 0.1; done", { background: true, timeoutMs: 0, onStdout: (d) => void out.push(d) });
       await waitFor(() => out.length > 2, "ticks");
-      const { qemu } = persisted();
+      const { qemu, tap } = persisted();
       process.kill(qemu.pid, "SIGKILL");
       // An error, not a hang: a hang would end the test at its own timeout, whatever the machine's load.
       const err = await rejection(h.wait());
@@ -140,6 +141,8 @@ describe.skipIf(missing !== undefined)(`qemu runtime: one microVM${why}`, () => 
       const rec = (await suite.cp!.store.getSandbox(sandbox.sandboxId))!;
       expect(rec.state).toBe("killed");
       expect(rec.endReason).toMatch(/QEMU|vhost/);
+      // Its tap went before the death was reported: a server that stops on the news leaves none behind.
+      if (tap) expect(existsSync(`/sys/class/net/${tap.name}`), `tap ${tap.name} released`).toBe(false);
     });
   });
 });

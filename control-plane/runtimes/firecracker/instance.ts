@@ -115,8 +115,7 @@ export class FirecrackerInstance implements Instance {
     const tail = tailLines(this.o.layout.console, 5);
     const reason = tail.length ? `${why} (last console line: ${tail[tail.length - 1]})` : why;
     this.o.log.warn({ reason, console: tail }, "microVM exited");
-    if (this.rec.tap) void releaseDevice(this.rec.tap.name, this.sandboxId);
-    this.deaths.report(reason);
+    this.deaths.reportAfter(this.rec.tap ? releaseDevice(this.rec.tap.name, this.sandboxId) : Promise.resolve(), reason);
   }
 
   private removeSockets(): void {

@@ -264,7 +264,6 @@ export class QemuInstance implements Instance {
     this.killProcesses();
     const tail = tailLines(this.o.layout.console, 5).join(" | ");
     this.o.log.warn({ reason, console: tail }, "microVM exited");
-    if (this.o.tap) void releaseDevice(this.o.tap.name, this.sandboxId);
-    this.deaths.report(reason);
+    this.deaths.reportAfter(this.o.tap ? releaseDevice(this.o.tap.name, this.sandboxId) : Promise.resolve(), reason);
   }
 }
