@@ -141,12 +141,16 @@ describe.skipIf(missing !== undefined)(`network.rules on the process runtime${mi
     const b64 = Buffer.from(`${VALUE_1}\n${VALUE_2}\n`).toString("base64");
     const search = `echo ${b64} | base64 -d | grep -rlsa -f - /proc/[0-9]*/environ /proc/[0-9]*/cmdline /etc /home /tmp /root /usr/local /var; echo searched`;
     for (const user of ["user", "root"] as const) expect((await s.commands.run(search, { user })).stdout.trim(), user).toBe("searched");
-    // Every process's memory (envd's included), as root, but the searcher's own.
-    const mem = await s.commands.run(
-      `python3 - ${b64} <<'EOF'
+    // Every process's memory (envd's included) but the searcher's own, as root and as user (each reads its own
+    // processes' only: no CAP_SYS_PTRACE inside); a decoy a root process holds shows the search finds what is there.
+    const decoy = `decoy-${Date.now()}-held-in-memory`;
+    await s.commands.run(`python3 -c "import base64,time; d = base64.b64decode('${Buffer.from(decoy).toString("base64")}'); time.sleep(60)"`, { background: true, timeoutMs: 0, user: "root" });
+    const needles = Buffer.from(`${VALUE_1}\n${VALUE_2}\n${decoy}`).toString("base64");
+    const scan = (user: "root" | "user") => s.commands.run(
+      `python3 - ${needles} <<'EOF'
 import base64, os, sys
-needles = [n for n in base64.b64decode(sys.argv[1]).split(b"\\n") if n]
-found = []
+needles = base64.b64decode(sys.argv[1]).split(b"\\n")
+found = [0] * len(needles)
 for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:
     try:
         maps = open(f'/proc/{pid}/maps').read().splitlines(); mem = open(f'/proc/{pid}/mem', 'rb', 0)
@@ -156,12 +160,14 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpi
         if 'r' not in line.split()[1] or b - a > 1 << 30: continue
         try: mem.seek(a); chunk = mem.read(b - a)
         except Exception: continue
-        if any(n in chunk for n in needles): found.append(pid)
-print('found', len(found))
+        for i, n in enumerate(needles):
+            if n in chunk: found[i] += 1
+print(*found)
 EOF`,
-      { user: "root", timeoutMs: 120_000 },
+      { user, timeoutMs: 120_000 },
     );
-    expect(mem.stdout.trim()).toBe("found 0");
+    expect((await scan("root")).stdout.trim()).toMatch(/^0 0 [1-9]\d*$/);
+    expect((await scan("user")).stdout.trim()).toMatch(/^0 0 \d+$/);
     const audit = await (await fetch(`${cp.workspaceUrl}/audit?limit=10000`, { headers: { "x-api-key": cp.apiKey } })).text();
     expect(audit).toMatch(/"action":"secret\.used"/);
     expect(audit).toContain(s.sandboxId);
