@@ -126,11 +126,11 @@ describe("the Interceptor", () => {
   });
 
   const get = () =>
-    new Promise<{ status: number; body: string; issuer: string }>((resolve, reject) => {
+    new Promise<{ status: number; body: string; issuer: string; curve: string }>((resolve, reject) => {
       const req = https.get({ host: "127.0.0.1", port: frontPort, servername: "api.example.com", headers: { host: "api.example.com", authorization: "mine" }, ca: ca.certPem, agent: false }, (res) => {
         let body = "";
         res.on("data", (c) => (body += c));
-        res.on("end", () => resolve({ status: res.statusCode!, body, issuer: String((res.socket as tls.TLSSocket).getPeerCertificate().issuer?.CN ?? "") }));
+        res.on("end", () => resolve({ status: res.statusCode!, body, issuer: String((res.socket as tls.TLSSocket).getPeerCertificate().issuer?.CN ?? ""), curve: String((res.socket as tls.TLSSocket).getPeerCertificate().asn1Curve) }));
       });
       req.on("error", reject);
     });
@@ -140,6 +140,8 @@ describe("the Interceptor", () => {
     const r = await get();
     expect(r).toMatchObject({ status: 200, body: "auth=Bearer set-by-rule host=api.example.com" });
     expect(r.issuer).toMatch(/locale2b egress CA/);
+    // The leaf's key is P-256 (an ECDSA handshake), signed by the RSA CA.
+    expect(r.curve).toBe("prime256v1");
   });
 
   it("fails closed on an upstream certificate it cannot verify: 502, nothing sent", async () => {

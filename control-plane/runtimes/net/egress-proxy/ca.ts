@@ -4,9 +4,12 @@
 // a 0700 folder, ca.crt), kept on the host only: sandboxes get the
 // certificate (trust-install.ts), never the key. X.509 is signed with
 // node-forge (Node's crypto makes keys but cannot sign certificates); the
-// keys are Node's (RSA 2048, made natively). One leaf key serves every host
-// (as mitmproxy does): what differs per host is the certificate, cached.
-import { createPrivateKey, generateKeyPairSync, randomBytes, X509Certificate } from "node:crypto";
+// keys are Node's (RSA 2048 for the CA, made natively). Leaf certificates
+// carry one P-256 key for every host (as mitmproxy shares one key): an
+// ECDSA handshake costs the proxy a fraction of an RSA one. forge only
+// writes RSA keys into a certificate, so a leaf's to-be-signed part is
+// forge's with the EC key put in, signed natively by the CA's key.
+import { createPrivateKey, generateKeyPairSync, randomBytes, sign, X509Certificate } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -73,14 +76,14 @@ export function loadOrCreateCa(dir: string): EgressCa {
   const x509 = new X509Certificate(certPem);
   if (!x509.checkPrivateKey(createPrivateKey(keyPem))) throw new Error(`the egress CA in ${dir}: ca.key is not the key of ca.crt (remove both to make a new CA)`);
   const caCert = forge.pki.certificateFromPem(certPem);
-  const caKey = forge.pki.privateKeyFromPem(keyPem);
-  const leafKeys = rsaPair();
-  const leafPublic = forge.pki.publicKeyFromPem(leafKeys.publicKey);
+  const caKey = createPrivateKey(keyPem);
+  const leafKeys = generateKeyPairSync("ec", { namedCurve: "prime256v1", publicKeyEncoding: { type: "spki", format: "der" }, privateKeyEncoding: { type: "pkcs8", format: "pem" } });
+  const leafSpki = forge.asn1.fromDer(forge.util.createBuffer(leafKeys.publicKey.toString("binary")));
   const cache = new Map<string, { ctx: tls.SecureContext; at: number }>();
 
   const leafPem = (name: string): string => {
     const cert = forge.pki.createCertificate();
-    cert.publicKey = leafPublic;
+    cert.publicKey = caCert.publicKey; // a stand-in: the EC key replaces it in the TBS below
     cert.serialNumber = serial();
     cert.validity.notBefore = new Date(Date.now() - 3600_000);
     cert.validity.notAfter = new Date(Date.now() + LEAF_DAYS * 24 * 3600_000);
@@ -93,8 +96,11 @@ export function loadOrCreateCa(dir: string): EgressCa {
       { name: "subjectAltName", altNames: [{ type: 2, value: name }] },
       { name: "authorityKeyIdentifier", keyIdentifier: caCert.generateSubjectKeyIdentifier().getBytes() },
     ]);
-    cert.sign(caKey, forge.md.sha256.create());
-    return forge.pki.certificateToPem(cert);
+    cert.siginfo.algorithmOid = forge.pki.oids.sha256WithRSAEncryption!;
+    // forge builds the TBS for cert.sign(); its typings omit the function.
+    const tbs = (forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 }).getTBSCertificate(cert);
+    (tbs.value as forge.asn1.Asn1[])[6] = leafSpki; // subjectPublicKeyInfo (RFC 5280 §4.1)
+    return signedPem(tbs, caKey);
   };
 
   return {
@@ -111,4 +117,20 @@ export function loadOrCreateCa(dir: string): EgressCa {
       return ctx;
     },
   };
+}
+
+const { asn1 } = forge;
+const seq = (items: forge.asn1.Asn1[]) => asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, items);
+
+/** A certificate of `tbs` signed sha256WithRSAEncryption by `key` (RFC 5280 §4.1.1), PEM. */
+function signedPem(tbs: forge.asn1.Asn1, key: ReturnType<typeof createPrivateKey>): string {
+  const tbsDer = Buffer.from(asn1.toDer(tbs).getBytes(), "binary");
+  const signature = sign("sha256", tbsDer, key);
+  const algorithm = seq([
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OID, false, asn1.oidToDer(forge.pki.oids.sha256WithRSAEncryption!).getBytes()),
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.NULL, false, ""),
+  ]);
+  const bits = asn1.create(asn1.Class.UNIVERSAL, asn1.Type.BITSTRING, false, "\0" + signature.toString("binary"));
+  const der = Buffer.from(asn1.toDer(seq([tbs, algorithm, bits])).getBytes(), "binary");
+  return `-----BEGIN CERTIFICATE-----\n${der.toString("base64").replace(/.{64}/g, "$&\n").replace(/\n?$/, "\n")}-----END CERTIFICATE-----\n`;
 }
