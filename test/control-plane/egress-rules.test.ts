@@ -9,7 +9,8 @@
 // SHA-256, never its value, so the value never enters the sandbox.
 import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { readFileSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, Secret } from "e2b";
 import pino from "pino";
@@ -210,6 +211,30 @@ EOF`,
     expect(await run(s, "nft flush ruleset; iptables -t nat -F; echo done", "root")).toMatch(/done/);
     expect(await run(s, "curl -s -m 10 https://api.allowed.test:8443/h/x-api-key")).toBe(`x-api-key=${sha(`Bearer ${VALUE_1}`)}`);
     expect(execFileSync("ls", ["-l", caKey], { encoding: "utf8" })).toMatch(/^-rw-------/);
+  });
+
+  it("rules keep being applied across a control-plane restart (the same CA, the proxy re-created as the sandbox is adopted)", async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), "locale2b-egress-rules-restart-"));
+    const apiKey = `e2b_${"e".repeat(40)}`;
+    const start = () => startTestControlPlane({ dataDir, apiKey, runtime: new ProcessRuntime(), warmPool: 0 });
+    let other = await start();
+    let restore = setEnv({ ...other.sdkEnv });
+    try {
+      await Secret.create("rules-key", VALUE_1);
+      const s = await Sandbox.create("base", { network: { rules: keyRule("api.allowed.test") } });
+      expect(await run(s, "curl -s -m 10 https://api.allowed.test:8443/h/x-api-key")).toBe(`x-api-key=${sha(`Bearer ${VALUE_1}`)}`);
+      restore();
+      await other.stopKeepingSandboxes();
+      other = await start();
+      restore = setEnv({ ...other.sdkEnv });
+      const again = await Sandbox.connect(s.sandboxId);
+      expect(await run(again, "curl -s -m 10 https://api.allowed.test:8443/h/x-api-key")).toBe(`x-api-key=${sha(`Bearer ${VALUE_1}`)}`);
+      await again.kill();
+    } finally {
+      restore();
+      await other.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it("refuses malformed rules with a 400 that says what is wrong", async () => {
