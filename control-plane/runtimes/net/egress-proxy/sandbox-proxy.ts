@@ -129,7 +129,8 @@ export class SandboxProxy {
   async close(cutOpen: boolean): Promise<void> {
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     if (cutOpen) for (const s of this.open) s.destroy();
-    this.interceptor?.close();
+    // Intercepted requests in flight go on as other open connections do, unless those are cut.
+    if (cutOpen) this.interceptor?.close();
     if (cutOpen) await closed;
   }
 
