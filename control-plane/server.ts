@@ -54,6 +54,11 @@ import { VolumeService } from "./volumes/volume-service.js";
 import { volumeIds, volumeSizeMB } from "./volumes/volume-settings.js";
 import { SecretService } from "./secrets/secret-service.js";
 import { keySource } from "./secrets/secret-key.js";
+import { resolveSecretPlaceholders } from "./secrets/placeholders.js";
+import { TEAM } from "./domain/secret.js";
+import { configureInterception, interception } from "./runtimes/net/egress-proxy/interception.js";
+import { setSecretResolver } from "./runtimes/net/egress-proxy/transforms.js";
+import { installEgressCa } from "./manager/egress-trust.js";
 
 export interface ControlPlaneOptions {
   host: string;
@@ -230,6 +235,19 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     log: log.child({ component: "volumes" }),
   });
   await volumes.start();
+  const secrets = new SecretService({
+    store,
+    // On a shared store (Postgres) no key file is made unless named: LOCALE2B_SECRETS_KEY, the same everywhere.
+    key: keySource(opts.databaseUrl ? undefined : opts.dataDir, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") }),
+    log: log.child({ component: "secrets" }),
+  });
+  // network.rules: the egress proxies terminate TLS with this data dir's CA and resolve rules' placeholders per request (audited by name and version).
+  const upstreamCaFile = setting("LOCALE2B_EGRESS_UPSTREAM_CA");
+  configureInterception({ caDir: join(opts.dataDir, "egress-ca"), ...(upstreamCaFile ? { upstreamCaFile } : {}) });
+  setSecretResolver(async (value, sandboxId) => {
+    const audit = activity ? { log: activity.audit, actor: `sandbox:${sandboxId}`, sandboxId } : undefined;
+    return (await resolveSecretPlaceholders(secrets, TEAM, value, audit)).value;
+  });
   const manager = new SandboxManager({
     store,
     ...(nodeName !== undefined ? { node: nodeName } : {}),
@@ -257,6 +275,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
       // No token yet: a warm sandbox, made ahead of any create (a create's own sandbox is not kept waiting for this).
       if (target.token === "") await warmUpEnvd(envdRpc, target, log);
     },
+    trustEgressCa: (target) => installEgressCa(envdRpc, target, interception().ca),
     log,
   });
   managerRef = manager;
@@ -283,12 +302,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     audit: activity.audit,
     history: activity.history,
     volumes,
-    secrets: new SecretService({
-      store,
-      // On a shared store (Postgres) no key file is made unless named: LOCALE2B_SECRETS_KEY, the same everywhere.
-      key: keySource(opts.databaseUrl ? undefined : opts.dataDir, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") }),
-      log: log.child({ component: "secrets" }),
-    }),
+    secrets,
   };
 
   const fleet = opts.fleet;

@@ -65,6 +65,7 @@ export const SETTINGS = {
   LOCALE2B_VOLUME_SIZE_MB: { what: "a new volume's size limit in MiB unless its create says (sizeMB); a sparse ext4 image: host disk is used only as files are written", default: "10240", reader: "serve" },
   LOCALE2B_SECRETS_KEY: { what: "the key secret values are encrypted under (AES-256-GCM): 32 bytes as base64 or 64 hex digits; every API replica and node of a fleet needs the same one. Wins over the key file", default: "unset: the key file", reader: "serve" },
   LOCALE2B_SECRETS_KEY_FILE: { what: "the file holding the secrets key, created with mode 0600 when a secret first needs it (outside the database; losing it makes stored secret values unreadable)", default: "<data dir>/secrets.key; none on a Postgres store (set LOCALE2B_SECRETS_KEY)", reader: "serve" },
+  LOCALE2B_EGRESS_UPSTREAM_CA: { what: "a PEM file of CAs the egress proxy also trusts when it connects on for a host with network.rules (besides the host's CA bundle)", default: "the host's CA bundle only", reader: "serve" },
   LOCALE2B_CGROUP_PARENT: { what: "process runtime: the cgroup sandboxes go under", default: "the server's own", reader: "process" },
   LOCALE2B_PIDS_MAX_TOTAL: { what: "process runtime: processes all sandboxes may have together", default: "3/4 of the smaller of pid_max and threads-max", reader: "process" },
   LOCALE2B_ID_BASE: { what: "process runtime: first host uid/gid of sandbox user namespaces", default: "the locale2b entry of /etc/subuid and /etc/subgid, else a free range", reader: "process" },

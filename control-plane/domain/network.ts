@@ -17,7 +17,30 @@ export interface EgressPolicy {
    * each TCP connection; absent or empty when allowOut names none.
    */
   names?: string[];
+  /**
+   * E2B's `network.rules`, keys lowercased: requests to a matching host are
+   * intercepted by the egress proxy and transformed (egress-proxy/transforms.ts).
+   * Absent or empty when there are none.
+   */
+  rules?: NetworkRules;
 }
+
+/** What E2B's SandboxNetworkTransform does to a matching request: headers set (an existing one of the same name replaced). */
+export interface NetworkTransform {
+  headers?: Record<string, string>;
+}
+
+/** E2B's SandboxNetworkRule. */
+export interface NetworkRule {
+  transform?: NetworkTransform;
+}
+
+/**
+ * E2B's `network.rules`: host (`api.example.com`, or `*.example.com`: its
+ * subdomains at any depth) → the rules applied, in order, to its requests.
+ * Header values may hold `${e2b.secrets.<name>}`, resolved by the egress proxy.
+ */
+export type NetworkRules = Record<string, NetworkRule[]>;
 
 /**
  * E2B's `network` object (SandboxNetworkConfig) as the API accepted it, its
@@ -30,7 +53,9 @@ export interface SandboxNetwork {
   denyOut?: string[];
   /** Non-empty, a valid host (api/proxy/mask-host.ts). */
   maskRequestHost?: string;
+  /** Per-host request transforms (api/rest/network-rules-body.ts checked them). */
+  rules?: NetworkRules;
 }
 
 /** The egress rules of a create or of PUT /network (SandboxNetworkUpdateConfig): an omitted list is empty. */
-export type EgressRules = Pick<SandboxNetwork, "allowOut" | "denyOut">;
+export type EgressRules = Pick<SandboxNetwork, "allowOut" | "denyOut" | "rules">;

@@ -80,6 +80,13 @@ export interface ManagerOptions {
    * that fails (the create fails then).
    */
   prepare?: (target: EnvdTarget, dir: string, guest?: GuestIdentity) => Promise<void>;
+  /**
+   * Makes a sandbox with request rules (network.rules) trust the egress
+   * proxy's CA (egress-trust.ts), at create and when an update gives it
+   * rules; throws when it cannot (the create or update fails). Absent: such
+   * sandboxes are refused.
+   */
+  trustEgressCa?: (target: EnvdTarget) => Promise<void>;
   /** Runs a new sandbox's template start and ready commands (templates/start-command.ts); absent: they are not run. */
   startCommand?: StartCommand;
   /**

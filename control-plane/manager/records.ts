@@ -1,6 +1,7 @@
 // The pieces of a create that need no manager state: the new record, the
 // capacity check, and the settings pushed to envd after start and resume.
 import { ENVD_VERSION } from "../../envd/version.js";
+import { TRUST_ENV } from "./egress-trust.js";
 import type { Instance } from "../runtimes/runtime.js";
 import type { EnvdClient } from "../transport/envd-client.js";
 import type { Endpoint } from "../transport/endpoint.js";
@@ -83,7 +84,8 @@ export async function pushInit(envd: EnvdClient, rec: SandboxRecord, endpoint: E
     path: "/init",
     headers: { "x-access-token": currentToken },
     body: {
-      envVars: { ...rec.boot?.envs, ...rec.envVars },
+      // A sandbox with request rules trusts the egress proxy's CA (egress-trust.ts); its own env vars may say otherwise.
+      envVars: { ...(Object.keys(rec.network?.rules ?? {}).length ? TRUST_ENV : {}), ...rec.boot?.envs, ...rec.envVars },
       accessToken: rec.envdAccessToken,
       timestamp: new Date().toISOString(),
       ...((rec.boot?.user ?? inst.defaultUser) ? { defaultUser: rec.boot?.user ?? inst.defaultUser } : {}),

@@ -27,6 +27,7 @@ import { Timeouts } from "./timeouts.js";
 import { SandboxTable } from "./sandbox-table.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { ControlPlaneError } from "../domain/errors.js";
+import type { EnvdTarget } from "../transport/envd-rpc.js";
 import { byStart, type CreateSandboxInput, type LifecycleEventType, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { Endpoint } from "../transport/endpoint.js";
 
@@ -295,6 +296,7 @@ export class SandboxManager {
         const endpoint = this.endpointOf(id, inst);
         await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
+        if (egress?.rules) await this.trustEgressCa({ endpoint, token: rec.envdAccessToken });
         // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
         if (from?.kind !== "memory" && !inst.warmedUp) await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec.boot);
       } catch (err) {
@@ -515,10 +517,26 @@ export class SandboxManager {
   async updateNetwork(id: string, rules: EgressRules, allowInternetAccess: boolean): Promise<SandboxRecord> {
     return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
-      await applyNetworkUpdate(rec, this.instances.get(id), rules, allowInternetAccess);
+      const inst = this.instances.get(id);
+      // Rules need the CA in the sandbox first: a running sandbox gets it (and the variables) before the proxy intercepts.
+      const gainsRules = !!rules.rules && !Object.keys(rec.network?.rules ?? {}).length;
+      const next = { ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, rules) };
+      if (gainsRules && inst && rec.state === "running") {
+        const endpoint = this.endpointOf(id, inst);
+        await this.trustEgressCa({ endpoint, token: rec.envdAccessToken });
+        await pushInit(this.o.envd, next, endpoint, inst);
+      } else if (gainsRules) {
+        throw new ControlPlaneError("conflict", `sandbox '${id}' is ${rec.state}: resume it to give it network rules (it must be running to trust the egress proxy's CA)`);
+      }
+      await applyNetworkUpdate(rec, inst, rules, allowInternetAccess);
       const runtimeData = this.instances.get(id)?.persisted ?? rec.runtimeData;
-      return this.save({ ...rec, allowInternetAccess, network: networkAfterUpdate(rec.network, rules), runtimeData });
+      return this.save({ ...next, runtimeData });
     }));
+  }
+
+  private async trustEgressCa(target: EnvdTarget): Promise<void> {
+    if (!this.o.trustEgressCa) throw new ControlPlaneError("invalid", "network.rules: this server cannot intercept requests (no egress CA)");
+    await this.o.trustEgressCa(target);
   }
 
   /** POST /refreshes: extends only. */

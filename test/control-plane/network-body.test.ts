@@ -34,13 +34,28 @@ describe("network bodies (SandboxNetworkConfig, SandboxNetworkUpdateConfig)", ()
       [{ maskRequestHost: 8080 }, /maskRequestHost must be a string/],
       [{ maskRequestHost: "a b" }, /is not a host name/],
       [{ egressProxy: { url: "http://p" } }, /egress proxies are not supported/],
-      [{ rules: { "example.com": [{ transform: {} }] } }, /per-domain request transforms are not supported/],
+      [{ rules: [] }, /'network.rules' must be an object/],
+      [{ rules: { "-bad-.test": [{}] } }, /is not a domain name/],
+      [{ rules: { "api.test": [{ transform: { headers: { "X-A": "a\r\nB: c" } } }] } }, /line break or NUL/],
+      [{ rules: { "api.test": [{ transform: { headers: { "X-A": "${e2b.secrets.bad name}" } } }] } }, /invalid name 'bad name'/],
+      [{ rules: { "api.test": [{ transform: { headers: { "Proxy-Authorization": "x" } } }] } }, /does not let a rule set/],
+      [{ rules: { "api.test": [{ other: 1 }] } }, /unknown field 'other'/],
+      [{ rules: { "API.test": [], "api.test": [] } }, /given twice/],
     ];
     for (const [body, message] of cases) {
       const err = fails(() => parseNetworkConfig(body, false));
       expect(err.status, JSON.stringify(body)).toBe(400);
       expect(err.message).toMatch(message);
     }
+  });
+
+  it("keeps network.rules as E2B's SDKs send them, keys lowercased, a rule without a transform kept", () => {
+    const rules = { "API.Example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.openai-key}" } } }, {}], "*.example.org": [{ transform: { headers: {} } }] };
+    expect(parseNetworkConfig({ rules }, false).rules).toEqual({
+      "api.example.com": [{ transform: { headers: { Authorization: "Bearer ${e2b.secrets.openai-key}" } } }, {}],
+      "*.example.org": [{ transform: { headers: {} } }],
+    });
+    expect(parseNetworkUpdate({ rules: null }).rules).toEqual({});
   });
 
   it("an update replaces the egress lists (an omitted one is cleared) and keeps the rest of the config", () => {
@@ -52,6 +67,10 @@ describe("network bodies (SandboxNetworkConfig, SandboxNetworkUpdateConfig)", ()
       maskRequestHost: "h",
     });
     expect(parseNetworkUpdate({}).allowInternetAccess).toBe(true);
+    // Rules too: given, they replace; omitted, they are cleared.
+    const withRules = parseNetworkUpdate({ rules: { "a.test": [{ transform: { headers: { "X-A": "1" } } }] } }).rules;
+    expect(networkAfterUpdate({ rules: { "b.test": [] } }, withRules).rules).toEqual({ "a.test": [{ transform: { headers: { "X-A": "1" } } }] });
+    expect(networkAfterUpdate({ rules: { "b.test": [] } }, parseNetworkUpdate({}).rules).rules).toBeUndefined();
     expect(fails(() => parseNetworkUpdate({ denyOut: [1] })).status).toBe(400);
   });
 });

@@ -2,9 +2,13 @@
 // (the process runtime has the full set in egress-domains.test.ts): a sandbox
 // created through the JS SDK with `allowOut: [a name]` reaches that name by
 // HTTPS and HTTP and nothing else, by name or by address; updateNetwork
-// changes it. The destinations: a named peer (named-peer.ts) whose DNS the
-// server's sandboxes use.
-import { Sandbox } from "e2b";
+// changes it; and `network.rules` (egress-rules.test.ts has the full set): a
+// rule's header, with a secret's placeholder, set in HTTPS the client
+// verified with the egress CA the sandbox was made to trust. The
+// destinations: a named peer (named-peer.ts) whose DNS the server's
+// sandboxes use, and whose CA the server trusts for upstreams.
+import { createHash } from "node:crypto";
+import { Sandbox, Secret } from "e2b";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Runtime } from "../../control-plane/runtimes/runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "./control-plane.js";
@@ -19,7 +23,7 @@ export function egressNamesSuite(o: { runtime: () => Runtime; imagesDir?: string
 
   beforeAll(async () => {
     peer = await startNamedPeer(["api.allowed.test", "other.test"], (p) => ({ "api.allowed.test": p.b, "other.test": p.c }));
-    const restoreDns = setEnv({ LOCALE2B_DNS: peer.a });
+    const restoreDns = setEnv({ LOCALE2B_DNS: peer.a, LOCALE2B_EGRESS_UPSTREAM_CA: peer.caFile });
     cp = await startTestControlPlane({ runtime: o.runtime(), ...(o.imagesDir ? { imagesDir: o.imagesDir } : {}) });
     const restoreSdk = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
     restore = () => (restoreSdk(), restoreDns());
@@ -48,5 +52,26 @@ export function egressNamesSuite(o: { runtime: () => Runtime; imagesDir?: string
       await s.kill();
     }
     expect(nftChain(`px_${s.sandboxId}`)).toBeUndefined();
+  });
+
+  it("network.rules: a rule's header (a secret's current value) in HTTPS the client verified, and plain HTTP; other hosts untouched", { timeout: o.timeoutMs }, async () => {
+    const sha = (v: string) => `sha256:${createHash("sha256").update(v).digest("hex")}`;
+    await Secret.create("suite-key", "sk-suite-one");
+    const rules = { "api.allowed.test": [{ transform: { headers: { "X-Api-Key": Secret.fill("suite-key") } } }] };
+    const s = await Sandbox.create("base", { network: { rules }, timeoutMs: 600_000 });
+    const run = async (cmd: string) => (await s.commands.run(`${cmd} || echo "failed (exit $?)"`, { timeoutMs: 120_000 })).stdout.trim();
+    try {
+      expect(await run("curl -s -m 20 https://api.allowed.test:8443/h/x-api-key")).toBe(`x-api-key=${sha("sk-suite-one")}`);
+      expect(await run("curl -s -m 20 http://api.allowed.test:8081/h/x-api-key")).toBe(`x-api-key=${sha("sk-suite-one")}`);
+      await Secret.update("suite-key", "sk-suite-two");
+      const py = `python3 -c "import urllib.request; print(urllib.request.urlopen('https://api.allowed.test:8443/h/x-api-key').read().decode().strip())"`;
+      expect(await run(py)).toBe(`x-api-key=${sha("sk-suite-two")}`);
+      // Not intercepted: the peer's own certificate, which the sandbox does not trust (curl exit 60).
+      expect(await run("curl -s -m 20 https://other.test:8443/")).toBe("failed (exit 60)");
+      expect(await run("curl -sk -m 20 https://other.test:8443/h/x-api-key")).toBe("x-api-key=absent");
+    } finally {
+      await s.kill();
+      await Secret.destroy("suite-key");
+    }
   });
 }

@@ -14,6 +14,8 @@ export interface NamedPeer extends PeerHost {
   /** The DNS server's A records (name → address), replaced as a whole. */
   setRecords(records: Record<string, string>): void;
   records: Record<string, string>;
+  /** The test CA's certificate (PEM file) the peer's HTTPS certificate is signed by. */
+  caFile: string;
 }
 
 /** The servers' script: beside this file, or in the source tree when this runs from dist/ (the bench). */
@@ -40,6 +42,7 @@ export async function startNamedPeer(names: string[], records: (p: PeerHost) => 
   const named: NamedPeer = {
     ...peer,
     records: {},
+    caFile: ca.certFile,
     setRecords(r) {
       named.records = r;
       writeFileSync(file, JSON.stringify(r));

@@ -5,6 +5,9 @@
 //   HTTPS      *:8443   $CERT/$KEY; GET / → `tls-ok <address reached> sni=<SNI> host=<Host>`;
 //                       GET /hold → `start\n`, then `end\n` once GET /release has been asked
 //   HTTP       *:8081   `http-ok <address reached> host=<Host>`
+//   both:  GET /h/<name> → `<name>=sha256:<hex of the header's value>` or `<name>=absent` (a value
+//          never goes back to the client: the caller compares hashes); POST /echo → the body back;
+//          an Upgrade: websocket request → 101 and an echo of the bytes after it
 // It prints `ready` once all listen.
 const dgram = require("node:dgram");
 const fs = require("node:fs");
@@ -58,6 +61,27 @@ const release = () => {
   for (const r of waiting.splice(0)) r.end("end\n");
 };
 
+const crypto = require("node:crypto");
+/** The routes both servers share; true when it answered. */
+function shared(req, res) {
+  if (req.url.startsWith("/h/")) {
+    const name = req.url.slice(3).toLowerCase();
+    const v = req.headers[name];
+    res.end(`${name}=${v === undefined ? "absent" : "sha256:" + crypto.createHash("sha256").update(String(v)).digest("hex")}\n`);
+    return true;
+  }
+  if (req.url === "/echo" && req.method === "POST") {
+    req.pipe(res);
+    return true;
+  }
+  return false;
+}
+function upgrade(req, socket, head) {
+  socket.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+  if (head.length) socket.write(head);
+  socket.pipe(socket);
+}
+
 const dns = dgram.createSocket("udp4");
 dns.on("message", (msg, from) => {
   try {
@@ -65,6 +89,7 @@ dns.on("message", (msg, from) => {
   } catch {}
 });
 const tls = https.createServer({ cert: fs.readFileSync(process.env.CERT), key: fs.readFileSync(process.env.KEY) }, (req, res) => {
+  if (shared(req, res)) return;
   if (req.url === "/hold") return hold(res);
   if (req.url === "/release") {
     release();
@@ -72,7 +97,9 @@ const tls = https.createServer({ cert: fs.readFileSync(process.env.CERT), key: f
   }
   res.end(`tls-ok ${req.socket.localAddress} sni=${req.socket.servername || "-"} host=${req.headers.host || "-"}\n`);
 });
-const plain = http.createServer((req, res) => res.end(`http-ok ${req.socket.localAddress} host=${req.headers.host || "-"}\n`));
+const plain = http.createServer((req, res) => shared(req, res) || res.end(`http-ok ${req.socket.localAddress} host=${req.headers.host || "-"}\n`));
+tls.on("upgrade", upgrade);
+plain.on("upgrade", upgrade);
 let n = 0;
 const up = () => ++n === 3 && console.log("ready");
 dns.bind(53, process.env.PEER_A, up);

@@ -511,3 +511,37 @@ def test_egress_policy_and_update_network(control_plane):
         subprocess.run(["ip", "link", "del", dev], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         shutil.rmtree(f"/tmp/{ns}", ignore_errors=True)
+
+
+def test_network_rules_shape(control_plane):
+    """network.rules as the Python SDK sends them: kept and read back by get_info, replaced by
+    update_network, malformed ones refused with a 400 that says what is wrong. (What the egress proxy
+    does with them is tested through the JS SDK: test/control-plane/egress-rules.test.ts.)"""
+    import shutil
+    import subprocess
+
+    from e2b import Secret
+
+    nft_ok = shutil.which("nft") is not None and subprocess.run(["nft", "--version"], capture_output=True).returncode == 0
+    if os.geteuid() != 0 or not nft_ok:
+        pytest.skip("network rules need a network of the sandbox's own: root and nftables (scripts/setup-host)")
+    rules = {"api.example.com": [{"transform": {"headers": {"Authorization": f"Bearer {Secret.fill('py-rules-key')}"}}}]}
+    sbx = Sandbox.create(template="base", network={"rules": rules})
+    try:
+        got = sbx.get_info().network
+        got_rules = got.rules if hasattr(got, "rules") else got["rules"]
+        as_dicts = {h: [r if isinstance(r, dict) else r.to_dict() for r in rs] for h, rs in got_rules.items()}
+        assert as_dicts == rules
+        env = sbx.commands.run("echo $SSL_CERT_FILE $REQUESTS_CA_BUNDLE $CURL_CA_BUNDLE $GIT_SSL_CAINFO").stdout.split()
+        assert env == ["/etc/ssl/certs/ca-certificates.crt"] * 4
+        assert "locale2b egress CA" in sbx.commands.run("grep 'locale2b egress CA' /etc/ssl/certs/ca-certificates.crt").stdout
+        sbx.update_network({"rules": {"*.example.org": [{"transform": {"headers": {"X-Team": "py"}}}]}})
+        got_rules = sbx.get_info().network
+        got_rules = got_rules.rules if hasattr(got_rules, "rules") else got_rules["rules"]
+        assert list(got_rules.keys()) == ["*.example.org"]
+    finally:
+        sbx.kill()
+    with pytest.raises(Exception, match="a bare '\\*' is not allowed"):
+        Sandbox.create(template="base", network={"rules": {"*": []}})
+    with pytest.raises(Exception, match="does not let a rule set 'Host'"):
+        Sandbox.create(template="base", network={"rules": {"a.example.com": [{"transform": {"headers": {"Host": "x"}}}]}})

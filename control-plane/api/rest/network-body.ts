@@ -7,6 +7,7 @@ import type { EgressRules, SandboxNetwork } from "../../domain/network.js";
 import { maskRequestHostProblem } from "../proxy/mask-host.js";
 import { describe, Fields } from "./body.js";
 import { HttpError } from "./errors.js";
+import { parseNetworkRules } from "./network-rules-body.js";
 
 function stringList(body: Record<string, unknown>, name: "allowOut" | "denyOut"): string[] | undefined {
   const list = new Fields(body).array(name);
@@ -16,18 +17,17 @@ function stringList(body: Record<string, unknown>, name: "allowOut" | "denyOut")
   return list as string[] | undefined;
 }
 
-/** What this server does not do: an egress proxy, per-domain request transforms. */
+/** What this server does not do: an upstream (SOCKS5) egress proxy. */
 function refuseUnsupported(body: Record<string, unknown>): void {
   const f = new Fields(body);
   if (f.object("egressProxy")) throw new HttpError(400, "field 'network.egressProxy': egress proxies are not supported by this server");
-  const rules = f.object("rules");
-  if (rules && Object.keys(rules).length) throw new HttpError(400, "field 'network.rules': per-domain request transforms are not supported by this server");
 }
 
 function egressRules(body: Record<string, unknown>): EgressRules {
   const allowOut = stringList(body, "allowOut");
   const denyOut = stringList(body, "denyOut");
-  return { ...(allowOut ? { allowOut } : {}), ...(denyOut ? { denyOut } : {}) };
+  const rules = parseNetworkRules(body.rules);
+  return { ...(allowOut ? { allowOut } : {}), ...(denyOut ? { denyOut } : {}), ...(rules && Object.keys(rules).length ? { rules } : {}) };
 }
 
 /** A create's `network` (SandboxNetworkConfig); `secure` says the sandbox has a traffic token to require. */

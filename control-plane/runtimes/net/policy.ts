@@ -56,14 +56,15 @@ function hostPattern(entry: string): string {
 /**
  * The policy a create asks for (host names kept as names: the egress proxy
  * judges them per connection, so a name's addresses may change after
- * create); undefined when it asks for none. Bad entries are `invalid` errors
+ * create) and its per-host request rules; undefined when it asks for none. Bad entries are `invalid` errors
  * that say which.
  */
 export async function resolveEgress(rules: EgressRules | undefined, allowInternetAccess: boolean): Promise<EgressPolicy | undefined> {
   if (!rules) return undefined;
   const allowOut = list(rules, "allowOut");
   const denyOut = list(rules, "denyOut");
-  if (!allowOut.length && !denyOut.length) return undefined;
+  const transforms = rules.rules && Object.keys(rules.rules).length ? rules.rules : undefined;
+  if (!allowOut.length && !denyOut.length && !transforms) return undefined;
   const deny: string[] = [];
   for (const e of denyOut) {
     const c = cidr(e, "denyOut");
@@ -84,5 +85,10 @@ export async function resolveEgress(rules: EgressRules | undefined, allowInterne
     names.push(hostPattern(e));
   }
   if (!allowInternetAccess) deny.push("0.0.0.0/0");
-  return { allow: [...new Set(allow)], deny: [...new Set(deny)], ...(names.length ? { names: [...new Set(names)] } : {}) };
+  return {
+    allow: [...new Set(allow)],
+    deny: [...new Set(deny)],
+    ...(names.length ? { names: [...new Set(names)] } : {}),
+    ...(transforms ? { rules: transforms } : {}),
+  };
 }

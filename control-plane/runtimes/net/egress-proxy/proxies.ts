@@ -15,9 +15,14 @@ import { followSource, stopWatchingRedirects, watchRedirects } from "./original-
 
 const proxies = new Map<string, { proxy: SandboxProxy; device: string; host: string }>();
 
-/** Whether a policy needs the proxy: host names to allow, and something they could be an exception to. */
+/** Whether a policy needs the proxy: host names to allow and something they could be an exception to, or request rules. */
 export function needsProxy(policy: EgressPolicy): boolean {
-  return (policy.names?.length ?? 0) > 0 && policy.deny.length > 0;
+  return ((policy.names?.length ?? 0) > 0 && policy.deny.length > 0) || hasRules(policy);
+}
+
+/** Whether the policy has request rules (network.rules): then all its TCP goes through the proxy. */
+export function hasRules(policy: EgressPolicy): boolean {
+  return Object.keys(policy.rules ?? {}).length > 0;
 }
 
 /** The device's host address and the sandbox's (the /30's .1 and .2; read with `ip`: Node lists no device without carrier yet). */
@@ -54,7 +59,7 @@ export async function setProxy(device: string, sandboxId: string, policy: Egress
     await dropProxy(sandboxId);
     throw err;
   }
-  log.debug({ sandboxId, listener: `${entry.host}:${LISTENER_PORT}`, names: policy.names }, "egress proxy set");
+  log.debug({ sandboxId, listener: `${entry.host}:${LISTENER_PORT}`, names: policy.names, ruleHosts: Object.keys(policy.rules ?? {}) }, "egress proxy set");
 }
 
 /**

@@ -9,7 +9,9 @@
 //                          what the forward chain always refuses, not DNS to its resolvers, not
 //                          to an allowOut address, and to a denyOut one (only a connection its
 //                          address rules would refuse can be let through by a name): DNAT to
-//                          its listener
+//                          its listener. With request rules (network.rules) all of its TCP
+//                          but the exceptions above is DNATed: a rule's host may be anywhere,
+//                          and what has no rule is passed through untouched
 //   chain proxy_v1         empty: says this version of these parts is in the table
 //
 // Added to the table without changing its schema chain, so that a server of
@@ -62,7 +64,8 @@ export async function ensureRedirectParts(): Promise<void> {
 export async function redirectToProxy(device: string, sandboxId: string, policy: EgressPolicy, guest: string, host: string, dns: string[]): Promise<void> {
   await ensureRedirectParts();
   const chain = proxyChain(sandboxId);
-  const rules = [
+  const rules = Object.keys(policy.rules ?? {}).length > 0;
+  const lines = [
     `add chain ${TABLE} ${chain}`,
     `flush chain ${TABLE} ${chain}`,
     `add rule ${TABLE} ${chain} ip saddr != ${guest} return`,
@@ -71,11 +74,15 @@ export async function redirectToProxy(device: string, sandboxId: string, policy:
     `add rule ${TABLE} ${chain} ip daddr { ${NET_BASE}, 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/3 } return`,
     `add rule ${TABLE} ${chain} ip daddr @infra return`,
     ...dns.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} tcp dport 53 return`),
-    ...policy.allow.map((a) => `add rule ${TABLE} ${chain} ip daddr ${a} return`),
-    ...policy.deny.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`),
+    ...(rules
+      ? [`add rule ${TABLE} ${chain} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`]
+      : [
+          ...policy.allow.map((a) => `add rule ${TABLE} ${chain} ip daddr ${a} return`),
+          ...policy.deny.map((d) => `add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto tcp dnat ip to ${host}:${LISTENER_PORT}`),
+        ]),
     `add element ${TABLE} proxied { "${device}" : jump ${chain} }`,
   ];
-  await nft(rules.join("\n"));
+  await nft(lines.join("\n"));
 }
 
 /** Stops redirecting (new connections go by the forward chain again); what is already gone is fine. */

@@ -3,8 +3,10 @@
 // TCP (redirect-rules.ts). Each accepted connection is checked to come from
 // the sandbox's own address, its original destination is looked up, its first
 // bytes are read for the name it asks for, and the verdict (verdict.ts) either
-// resets it at once or hands it off: by default to `passthrough`, which
-// connects to the original destination and splices the bytes both ways.
+// resets it at once or hands it off: to the sandbox's Interceptor when its
+// name has request rules (network.rules) and leads where it goes, else to
+// `passthrough`, which connects to the original destination and splices the
+// bytes both ways, untouched.
 import net, { type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Logger } from "pino";
@@ -14,6 +16,9 @@ import { readFirstBytes, type FirstBytes } from "./first-bytes.js";
 import { resolvesTo } from "./name-check.js";
 import { originalDestination, type Destination } from "./original-destination.js";
 import { judge } from "./verdict.js";
+import { Interceptor } from "./intercept.js";
+import { interception } from "./interception.js";
+import { rulesChangeRequests, rulesFor } from "./transforms.js";
 
 /** How long a new connection may stay silent before it is judged as naming nothing (server-speaks-first protocols). */
 const FIRST_BYTES_WAIT_MS = 5000;
@@ -28,12 +33,7 @@ export interface AllowedConnection {
   log: Logger;
 }
 
-/**
- * Where an allowed connection goes. The hook for per-host request rules
- * (network.rules): a handoff that terminates TLS for a matched name and
- * rewrites requests can be chosen here per connection; today every one is
- * passed through.
- */
+/** Where an allowed connection goes (a test's own, or the proxy's choice: intercepted or passed through). */
 export type Handoff = (c: AllowedConnection) => void;
 
 /** Connects to the original destination and copies bytes both ways (pipe: back-pressure, half-close). */
@@ -91,6 +91,7 @@ export class SandboxProxy {
   private readonly server: net.Server;
   private readonly open = new Set<Socket>();
   private policy: EgressPolicy;
+  private interceptor: Interceptor | undefined;
 
   constructor(
     private readonly o: { sandboxId: string; host: string; guest: string; policy: EgressPolicy; log: Logger; handoff?: Handoff },
@@ -128,6 +129,8 @@ export class SandboxProxy {
   async close(cutOpen: boolean): Promise<void> {
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     if (cutOpen) for (const s of this.open) s.destroy();
+    // Intercepted requests in flight go on as other open connections do, unless those are cut.
+    if (cutOpen) this.interceptor?.close();
     if (cutOpen) await closed;
   }
 
@@ -154,6 +157,26 @@ export class SandboxProxy {
     const verdict = await judge(this.policy, destination.address, first.name, resolvesTo);
     log.debug({ destination: `${destination.address}:${destination.port}`, kind: first.kind, name: first.name, verdict }, "egress proxy verdict");
     if (!verdict.allow) return void client.resetAndDestroy();
-    (this.o.handoff ?? passthrough)({ sandboxId: this.o.sandboxId, client, head, destination, first, log });
+    const conn = { sandboxId: this.o.sandboxId, client, head, destination, first, log };
+    if (this.o.handoff) return this.o.handoff(conn);
+    if (await this.intercepts(first, destination.address)) return this.interceptorFor().take(conn);
+    passthrough(conn);
+  }
+
+  /**
+   * Whether a connection is intercepted: HTTP(S) naming a host whose rules
+   * change requests, when that name leads where the connection goes (for
+   * plain HTTP the only proof that rules' values go to that host; for TLS
+   * the upstream certificate is verified too).
+   */
+  private async intercepts(first: Omit<FirstBytes, "head">, address: string): Promise<boolean> {
+    if ((first.kind !== "tls" && first.kind !== "http") || !first.name) return false;
+    if (!rulesChangeRequests(rulesFor(this.policy.rules, first.name))) return false;
+    return resolvesTo(first.name, address);
+  }
+
+  private interceptorFor(): Interceptor {
+    this.interceptor ??= new Interceptor({ ...interception(), rulesFor: (name) => rulesFor(this.policy.rules, name) });
+    return this.interceptor;
   }
 }
