@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadOrCreateCa, type EgressCa } from "../../control-plane/runtimes/net/egress-proxy/ca.js";
 import { readFirstBytes } from "../../control-plane/runtimes/net/egress-proxy/first-bytes.js";
 import { Interceptor } from "../../control-plane/runtimes/net/egress-proxy/intercept.js";
+import { ControlPlaneError } from "../../control-plane/domain/errors.js";
 import { rulesFor, setSecretResolver, TransformError, transformHeaders } from "../../control-plane/runtimes/net/egress-proxy/transforms.js";
 import type { NetworkRules } from "../../control-plane/domain/network.js";
 import { makeTestCa, type TestCa } from "../helpers/test-ca.js";
@@ -55,6 +56,18 @@ describe("rules and headers", () => {
       throw new Error("secret 'k' does not exist");
     });
     await expect(transformHeaders([], [{ transform: { headers: { A: "${e2b.secrets.k}" } } }], "s")).rejects.toThrow(TransformError);
+    // The sandbox hears why its own rule failed (an unknown secret), never the store's own trouble (host paths).
+    setSecretResolver(async () => {
+      throw new ControlPlaneError("not_found", "a header refers to secret 'k', which does not exist");
+    });
+    await expect(transformHeaders([], [{ transform: { headers: { A: "${e2b.secrets.k}" } } }], "s")).rejects.toThrow(/secret 'k', which does not exist/);
+    setSecretResolver(async () => {
+      throw new ControlPlaneError("unavailable", "secrets are not available: /var/lib/locale2b/secrets.key may be read by others");
+    });
+    const hidden = await transformHeaders([], [{ transform: { headers: { A: "${e2b.secrets.k}" } } }], "s").catch((e: Error) => e);
+    expect(hidden).toBeInstanceOf(TransformError);
+    expect((hidden as Error).message).toMatch(/could not read its secrets/);
+    expect((hidden as Error).message).not.toMatch(/secrets\.key|\/var\/lib/);
     setSecretResolver(undefined);
     await expect(transformHeaders([], [{ transform: { headers: { A: "${e2b.secrets.k}" } } }], "s")).rejects.toThrow(/resolves no secrets/);
     expect(await transformHeaders([], [{ transform: { headers: { A: "plain" } } }], "s")).toEqual(["A", "plain"]);

@@ -113,7 +113,7 @@ export class Interceptor {
       return { conn, headers: await transformHeaders(withoutHop(req.rawHeaders, upgrade), rules, conn.sandboxId) };
     } catch (err) {
       if (!(err instanceof TransformError)) throw err;
-      conn.log.warn({ name: conn.name, reason: err.message }, "egress request refused: its rules could not be applied");
+      conn.log.warn({ name: conn.name, reason: err.message, ...(err.cause ? { err: err.cause } : {}) }, "egress request refused: its rules could not be applied");
       return { refused: [502, `the network rule for '${conn.name}' could not be applied, so the request was not sent: ${err.message}`] };
     }
   }

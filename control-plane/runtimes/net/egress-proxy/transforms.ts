@@ -6,6 +6,7 @@
 // secret's current version, by the resolver the server gives (secrets/
 // placeholders.ts): only placeholders in the sandbox's own rules are ever
 // resolved, never one the request itself carries.
+import { ControlPlaneError } from "../../../domain/errors.js";
 import type { NetworkRule, NetworkRules } from "../../../domain/network.js";
 
 /** Resolves the placeholders in a rule's header value for a sandbox; throws (message safe to show the sandbox) when it cannot. */
@@ -65,6 +66,9 @@ async function resolveValue(value: string, sandboxId: string): Promise<string> {
   try {
     return await resolver(value, sandboxId);
   } catch (err) {
-    throw new TransformError((err as Error).message);
+    // What the sandbox may hear: a placeholder it wrote wrong, a secret that does not exist. Anything else (the
+    // store or its key failing) stays in the server's log: its text may name host paths.
+    const mine = err instanceof ControlPlaneError && (err.kind === "invalid" || err.kind === "not_found");
+    throw new TransformError(mine ? err.message : "the server could not read its secrets (its log says why)", { cause: err });
   }
 }
