@@ -71,6 +71,7 @@ export const SETTINGS = {
   LOCALE2B_PROCESS_HOST_RW: { what: "1: process runtime without a template rootfs keeps the host's folders writable (tests only)", default: "read-only", reader: "process" },
   LOCALE2B_RUNSC: { what: "gvisor: the runsc binary", default: "runsc on PATH or /usr/local/bin", reader: "gvisor" },
   LOCALE2B_GVISOR_WARM_START: { what: "0: gvisor creates always boot (no restore from a template's warm-start checkpoint)", default: "restore when the image is built", reader: "gvisor" },
+  LOCALE2B_GVISOR_OUTPUT_COALESCE_MS: { what: "gvisor: ms envd waits after a read that emptied a command's 1 MiB output pipe, once it printed 1 MiB (fewer wake-ups through gVisor's kernel); 0: neither, default pipes", default: "2", reader: "gvisor" },
   LOCALE2B_RUNSC_DEBUG_LOG: { what: "gvisor: a directory for runsc's debug logs (runsc --debug), a folder per sandbox id", default: "none", reader: "gvisor" },
   LOCALE2B_RUNSC_PLATFORM: { what: "gvisor: runsc --platform (systrap, ptrace, kvm)", default: "runsc's default (systrap)", reader: "gvisor" },
   LOCALE2B_QEMU: { what: "qemu: qemu-system-x86_64", default: "on PATH", reader: "qemu" },
