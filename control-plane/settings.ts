@@ -88,6 +88,8 @@ export const SETTINGS = {
   LOCALE2B_ENVD_ACCESS_TOKEN: { what: "`locale2b envd`: the access token it requires", default: "none (set by /init)", reader: "envd" },
   LOCALE2B_ENVD_CODE_CACHE_OUT: { what: "envd's loader: write the V8 code cache to this file when envd exits (set by the bundle build, envd-bundle.ts)", default: "none", reader: "envd" },
   LOCALE2B_SPAWN_HELPER: { what: "envd: the program that starts its processes (`locale2b-init --spawn-helper`; the init sets it in every sandbox)", default: "none: Node's own spawn", reader: "envd" },
+  LOCALE2B_OUTPUT_PIPE_SIZE: { what: "envd's spawn helper: the size of each command's stdout and stderr pipe, bytes (F_SETPIPE_SZ; the gvisor runtime sets 1048576)", default: "the kernel's (64 KiB)", reader: "envd" },
+  LOCALE2B_OUTPUT_COALESCE_MS: { what: "envd: ms without reading after a read that emptied a command's output pipe, once it carried 1 MiB (the gvisor runtime sets 2)", default: "0: read at once", reader: "envd" },
   LOCALE2B_ENVD_STAGING_DIR: { what: "envd: where uploads are staged before their rename", default: "/var/tmp/.locale2b-envd-uploads, else under the temp dir", reader: "envd" },
   LOCALE2B_BASE_URL: { what: "agent harnesses: the workspace API's base URL (serve prints it)", default: "", reader: "client" },
 } as const satisfies Record<string, Setting>;
