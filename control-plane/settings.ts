@@ -72,6 +72,7 @@ export const SETTINGS = {
   LOCALE2B_PROCESS_HOST_RW: { what: "1: process runtime without a template rootfs keeps the host's folders writable (tests only)", default: "read-only", reader: "process" },
   LOCALE2B_RUNSC: { what: "gvisor: the runsc binary", default: "runsc on PATH or /usr/local/bin", reader: "gvisor" },
   LOCALE2B_GVISOR_WARM_START: { what: "0: gvisor creates always boot (no restore from a template's warm-start checkpoint)", default: "restore when the image is built", reader: "gvisor" },
+  LOCALE2B_GVISOR_OUTPUT_COALESCE_MS: { what: "gvisor: ms envd waits after a read that emptied a command's 1 MiB output pipe, once it printed 1 MiB (fewer wake-ups through gVisor's kernel); 0: neither, default pipes", default: "2", reader: "gvisor" },
   LOCALE2B_RUNSC_DEBUG_LOG: { what: "gvisor: a directory for runsc's debug logs (runsc --debug), a folder per sandbox id", default: "none", reader: "gvisor" },
   LOCALE2B_RUNSC_PLATFORM: { what: "gvisor: runsc --platform (systrap, ptrace, kvm)", default: "runsc's default (systrap)", reader: "gvisor" },
   LOCALE2B_QEMU: { what: "qemu: qemu-system-x86_64", default: "on PATH", reader: "qemu" },
@@ -88,6 +89,8 @@ export const SETTINGS = {
   LOCALE2B_ENVD_ACCESS_TOKEN: { what: "`locale2b envd`: the access token it requires", default: "none (set by /init)", reader: "envd" },
   LOCALE2B_ENVD_CODE_CACHE_OUT: { what: "envd's loader: write the V8 code cache to this file when envd exits (set by the bundle build, envd-bundle.ts)", default: "none", reader: "envd" },
   LOCALE2B_SPAWN_HELPER: { what: "envd: the program that starts its processes (`locale2b-init --spawn-helper`; the init sets it in every sandbox)", default: "none: Node's own spawn", reader: "envd" },
+  LOCALE2B_OUTPUT_PIPE_SIZE: { what: "envd's spawn helper: the size of each command's stdout and stderr pipe, bytes (F_SETPIPE_SZ; the gvisor runtime sets 1048576)", default: "the kernel's (64 KiB)", reader: "envd" },
+  LOCALE2B_OUTPUT_COALESCE_MS: { what: "envd: ms without reading after a read that emptied a command's output pipe, once it carried 1 MiB (the gvisor runtime sets 2)", default: "0: read at once", reader: "envd" },
   LOCALE2B_ENVD_STAGING_DIR: { what: "envd: where uploads are staged before their rename", default: "/var/tmp/.locale2b-envd-uploads, else under the temp dir", reader: "envd" },
   LOCALE2B_BASE_URL: { what: "agent harnesses: the workspace API's base URL (serve prints it)", default: "", reader: "client" },
 } as const satisfies Record<string, Setting>;

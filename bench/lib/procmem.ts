@@ -28,8 +28,13 @@ export function hasPss(): boolean {
   return smapsRollup;
 }
 
-/** PSS and RSS of one process; undefined when it is gone (or not readable). */
-export function procMemory(pid: number): ProcMemory | undefined {
+/**
+ * PSS and RSS of one process; undefined when it is gone (or not readable).
+ * `space` names its address space: processes cloned with CLONE_VM but not as
+ * threads (gVisor's systrap stubs: several host processes per guest process)
+ * have one, and each one's smaps_rollup counts all of it.
+ */
+export function procMemory(pid: number): (ProcMemory & { space?: string }) | undefined {
   try {
     if (hasPss()) {
       const t = readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
@@ -37,7 +42,9 @@ export function procMemory(pid: number): ProcMemory | undefined {
       const pss = kb(t, "Pss");
       // A kernel thread or a zombie has an empty smaps_rollup.
       if (rss === undefined || pss === undefined) return undefined;
-      return { pss, rss };
+      // The whole rollup (the span of its mappings, with ASLR, and every counter to the kB) is the
+      // same only for one address space read by its several processes.
+      return { pss, rss, space: t };
     }
     const rss = kb(readFileSync(`/proc/${pid}/status`, "utf8"), "VmRSS");
     return rss === undefined ? undefined : { pss: rss, rss };
@@ -55,14 +62,22 @@ export function rssAnon(pid: number): number | undefined {
   }
 }
 
-/** Summed PSS and RSS of processes (those gone meanwhile count 0), and how many were counted. */
+/**
+ * Summed PSS and RSS of processes (those gone meanwhile count 0), and how
+ * many were counted; an address space shared by several processes counts once.
+ */
 export function sumMemory(pids: Iterable<number>): ProcMemory & { count: number } {
   let pss = 0;
   let rss = 0;
   let count = 0;
+  const spaces = new Set<string>();
   for (const pid of pids) {
     const m = procMemory(pid);
     if (!m) continue;
+    if (m.space !== undefined) {
+      if (spaces.has(m.space)) continue;
+      spaces.add(m.space);
+    }
     pss += m.pss;
     rss += m.rss;
     count++;

@@ -58,6 +58,13 @@ struct pending {
 static struct pending pending[MAX_PENDING];
 static int n_pending;
 static int devnull = -1;
+/*
+ * LOCALE2B_OUTPUT_PIPE_SIZE (bytes; the gvisor runtime sets it): the size of
+ * each child's stdout and stderr pipe (F_SETPIPE_SZ), so a writer of small
+ * chunks runs on while envd, waking less often, reads many at once
+ * (LOCALE2B_OUTPUT_COALESCE_MS, pooled-pipe.ts). 0: the kernel's default.
+ */
+static int output_pipe_size;
 
 struct child_args {
 	const char *file;
@@ -230,6 +237,11 @@ static void do_spawn(const unsigned char *body, uint32_t len)
 		close_fds(all, 6);
 		goto done;
 	}
+	if (output_pipe_size > 0) {
+		/* Best effort: a kernel that refuses (a per-user limit) keeps its default size. */
+		(void)fcntl(o[1], F_SETPIPE_SZ, output_pipe_size);
+		(void)fcntl(e[1], F_SETPIPE_SZ, output_pipe_size);
+	}
 	a.fd[0] = (flags & F_STDIN) ? in[0] : devnull;
 	a.fd[1] = o[1];
 	a.fd[2] = e[1];
@@ -374,6 +386,9 @@ int spawn_helper_main(void)
 {
 	close_inherited();
 	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	const char *pipe_size = getenv("LOCALE2B_OUTPUT_PIPE_SIZE");
+	if (pipe_size)
+		output_pipe_size = atoi(pipe_size);
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);

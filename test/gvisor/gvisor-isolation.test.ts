@@ -4,12 +4,14 @@
 // policy (deny/allow lists, updateNetwork, no internet) against a test peer
 // host, and what a dead sandbox leaves behind (limits: gvisor-resources.test.ts). Two sandboxes are shared by the whole file (gVisor is slow).
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { findTemplateImage } from "../../control-plane/images/layout.js";
+import { lstatOrUndefined } from "../../control-plane/runtimes/gvisor/host-ops.js";
 import type { GvisorInstance } from "../../control-plane/runtimes/gvisor/instance.js";
 import { dialHybridVsock } from "../../control-plane/transport/hybrid-vsock.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
@@ -173,6 +175,103 @@ describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`,
         const r = await sh(a, `curl -s -m 5 -o /dev/null -w %{http_code} http://${t}/health`, user);
         expect(r.code, `${user} → ${t}: ${r.out}`).not.toBe(0);
       }
+    }
+  });
+});
+
+/** A Unix socket on the host that records every connection made to it. */
+async function lureSocket(): Promise<{ path: string; dialed: () => number; close: () => void }> {
+  const dir = mkdtempSync(join(tmpdir(), "l2b-lure-"));
+  const path = join(dir, "lure.sock");
+  let n = 0;
+  const server = net.createServer((s) => {
+    n++;
+    s.on("error", () => undefined);
+    s.destroy();
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  return { path, dialed: () => n, close: () => (server.close(), rmSync(dir, { recursive: true, force: true })) };
+}
+
+describe.skipIf(missing !== undefined)(`gvisor: the gofer's mounts, the host-socket directory, /proc and /sys, a restored sandbox${why}`, { timeout: TIMEOUT }, () => {
+  it("as root, deleting, renaming, chmod-ing and appending to the template's files changes only this sandbox's layer: the template on the host and a neighbour are untouched", async () => {
+    const lower = findTemplateImage("base", testImagesDir())!.rootfsDir;
+    const before = { issue: sha(readFileSync(join(lower, "etc/issue"))), unzip: statSync(join(lower, "usr/bin/unzip")).mode };
+    const r = await sh(a, "rm /usr/bin/zip && mv /usr/bin/xz /usr/bin/xz-moved && chmod 4777 /usr/bin/unzip && echo pwned >> /etc/issue && ln /etc/issue /etc/issue-link && echo done", "root");
+    expect(r.out).toContain("done");
+    expect(existsSync(join(lower, "usr/bin/zip"))).toBe(true);
+    expect(existsSync(join(lower, "usr/bin/xz"))).toBe(true);
+    expect(existsSync(join(lower, "usr/bin/xz-moved"))).toBe(false);
+    expect(statSync(join(lower, "usr/bin/unzip")).mode).toBe(before.unzip);
+    expect(sha(readFileSync(join(lower, "etc/issue")))).toBe(before.issue);
+    expect((await sh(b, "ls /usr/bin/zip /usr/bin/xz && stat -c %a /usr/bin/unzip && grep -c pwned /etc/issue")).out).toBe("/usr/bin/xz\n/usr/bin/zip\n755\n0\n");
+  });
+
+  it.each(both)("as %s: /proc and /sys are gVisor's: no host path, process, mount or device; /sys is read-only", async (user) => {
+    const r = await sh(a, "cat /proc/self/mountinfo /proc/mounts; ls /proc; cat /proc/net/dev; cat /proc/1/cmdline | tr '\\0' ' '; echo", user);
+    expect(r.out).not.toContain(cp.dataDir);
+    expect(r.out).not.toContain(testImagesDir());
+    expect(r.out).not.toMatch(/process_api|runsc|\/dev\/vd|\/dev\/loop/);
+    expect(r.out).toContain("/sbin/locale2b-init --hybrid-listen");
+    // Only the sandbox's own processes (a handful) and devices (lo and its eth0, never the host's).
+    expect(r.out.split("\n").filter((l) => /^\d+$/.test(l)).length).toBeLessThan(30);
+    const devices = [...r.out.matchAll(/^\s*([\w.-]+):\s+\d+/gm)].map((m) => m[1]);
+    expect(devices).toContain("lo");
+    expect(devices.every((d) => d === "lo" || /^eth\d+$/.test(d))).toBe(true);
+    const w = await sh(a, "touch /sys/x 2>&1; mkdir /sys/y 2>&1; cat /proc/kcore 2>/dev/null | wc -c; echo end", user);
+    expect(w.out).toMatch(/Read-only file system|Permission denied/);
+    expect(w.out).toMatch(/^0\nend\n$/m); // no kcore
+  });
+
+  it("the host-socket directory: what root makes there (symlinks, a fifo, its own socket) reaches nothing on the host", async () => {
+    const lure = await lureSocket();
+    const hostDir = instance(a).layout.hostDir;
+    try {
+      const script = [
+        `ln -sfn / /run/locale2b-host/root-link && sha256sum /run/locale2b-host/root-link/etc/shadow | cut -c1-64`,
+        `ln -sfn ${lure.path} /run/locale2b-host/lure-link`,
+        `python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.settimeout(5)\ntry: s.connect("/run/locale2b-host/lure-link"); print("connected")\nexcept OSError as e: print("refused", e.errno)'`,
+        `python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.settimeout(5)\ntry: s.connect("${lure.path}"); print("connected")\nexcept OSError as e: print("refused", e.errno)'`,
+        `mkfifo /run/locale2b-host/fifo 2>&1; echo fifo-$?`,
+      ].join("; ");
+      const r = await sh(a, script, "root");
+      const [shadowSha] = r.out.split("\n");
+      // The link resolves in gVisor's view: the image's /etc/shadow, not the host's.
+      expect(shadowSha).toBe(sha(await a.files.read("/etc/shadow", { user: "root" })));
+      expect(shadowSha).not.toBe(sha(readFileSync("/etc/shadow")));
+      expect(r.out).not.toContain("connected");
+      expect(lure.dialed()).toBe(0);
+      // On the host they are plain entries in the sandbox's own directory; nothing outside it changed.
+      expect(lstatSync(join(hostDir, "root-link")).isSymbolicLink()).toBe(true);
+      expect(readdirSync(hostDir)).toContain("lure-link");
+      // The control plane still dials its own socket.
+      expect((await sh(a, "echo still-mine")).out).toBe("still-mine\n");
+    } finally {
+      lure.close();
+      await sh(a, "rm -f /run/locale2b-host/root-link /run/locale2b-host/lure-link /run/locale2b-host/fifo", "root");
+    }
+  });
+
+  it("a restored sandbox trusts nothing its old self left in the host dir: a process planting symlinks to a host socket across the pause never gets the control plane to dial it", async () => {
+    const lure = await lureSocket();
+    try {
+      // Restored with its memory, this loop goes on planting after the resume, racing the init's new socket.
+      const plant = `while true; do for n in envd.sock envd.sock.tmp; do ln -sfn ${lure.path} /run/locale2b-host/$n 2>/dev/null; done; sleep 0.01; done`;
+      await b.commands.run(`nohup sh -c '${plant}' >/dev/null 2>&1 &`, { user: "root" });
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await b.pause()).toBe(true);
+      // Its root can break its own resume this way (the init cannot bind its socket under a planted name), as it
+      // could by killing envd: the resume then fails and says so. What must never happen is a dial of the lure.
+      const resumed = await Sandbox.connect(b.sandboxId).then(
+        async (again) => (await again.commands.run("echo after-restore")).stdout,
+        (err: Error) => err.message,
+      );
+      expect(resumed).toMatch(/^after-restore\n$|envd's socket did not come back/);
+      expect(lure.dialed()).toBe(0);
+      expect(lstatOrUndefined(instance(b).socketPath)?.isSymbolicLink() ?? false).toBe(false);
+    } finally {
+      lure.close();
+      await b.kill().catch(() => undefined);
     }
   });
 });

@@ -61,6 +61,20 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
       expect(parent.stdout.trim()).toBe("/sbin/locale2b-init --spawn-helper");
     });
 
+    it("a command's output pipes are 1 MiB (fewer wake-ups of envd through gVisor's kernel); a long output arrives whole and in order, and its end is seen", async () => {
+      const sbx = suite.sandbox!;
+      const size = await sbx.commands.run(`python3 -c 'import fcntl; print(fcntl.fcntl(1, 1032), fcntl.fcntl(2, 1032))'`); // F_GETPIPE_SZ
+      expect(size.stdout.trim()).toBe("1048576 1048576");
+      // 2.7 MB in 4 KiB writes: past the 1 MiB after which envd waits between reads that empty the pipe.
+      const want = Array.from({ length: 400000 }, (_, i) => `${i + 1}\n`).join("");
+      const chunks: string[] = [];
+      const r = await sbx.commands.run("seq 1 400000; echo done >&2", { onStdout: (d) => void chunks.push(d), timeoutMs: 120_000 });
+      expect(r.stdout.length).toBe(want.length);
+      expect(r.stdout === want).toBe(true);
+      expect(chunks.join("") === want).toBe(true);
+      expect(r.stderr).toBe("done\n");
+    });
+
     it("reports CPU and memory from the host cgroup (gVisor's /proc reads zeros inside)", async () => {
       const cp = suite.cp!;
       const res = await fetch(`${cp.url}/sandboxes/${suite.sandbox!.sandboxId}/metrics`, { headers: { "X-API-Key": cp.apiKey } });

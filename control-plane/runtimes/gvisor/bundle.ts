@@ -4,6 +4,7 @@
 // directory bind-mounted at HOST_DIR, cgroup limits, and the network
 // namespace runsc attaches its netstack to.
 import { GUEST } from "../../images/layout.js";
+import { setting } from "../../settings.js";
 
 /** Where the sandbox sees its host directory (envd's hybrid-vsock socket is created there). */
 export const HOST_DIR = "/run/locale2b-host";
@@ -44,6 +45,18 @@ export function hostPidsMax(pidsMax: number): number {
   return pidsMax * 4 + 256;
 }
 
+/**
+ * envd's output pipes under gVisor: 1 MiB (rootfs/init/spawn.c), and once a
+ * command has printed 1 MiB, 2 ms between the reads that empty them
+ * (envd/process/handler/pooled-pipe.ts). Every wake-up of envd by a writer
+ * is a trip through gVisor's kernel; `head -c 64M` (4 KiB writes) woke it
+ * for nearly every write. docs/runtimes.md has the measurements.
+ */
+export function outputEnv(env: NodeJS.ProcessEnv = process.env): string[] {
+  const ms = setting("LOCALE2B_GVISOR_OUTPUT_COALESCE_MS", env) ?? "2"; // "0": neither (as before)
+  return ms === "0" ? [] : ["LOCALE2B_OUTPUT_PIPE_SIZE=1048576", `LOCALE2B_OUTPUT_COALESCE_MS=${Number(ms) || 2}`];
+}
+
 /** Where the sandbox's own cgroups are mounted: gVisor's, in its kernel (the container's group is the mount's root). */
 export const GUEST_PIDS_MAX = "/sys/fs/cgroup/pids/pids.max";
 
@@ -70,7 +83,7 @@ export function ociSpec(s: BundleSpec): Record<string, unknown> {
     ociVersion: "1.0.2",
     process: {
       user: { uid: 0, gid: 0 },
-      args: [GUEST.init, "--hybrid-listen", `${HOST_DIR}/${SOCKET_NAME}`, "--forward-ports", "--no-mounts", "--envd-log", s.envdLogLevel],
+      args: [GUEST.init, "--hybrid-listen", `${HOST_DIR}/${SOCKET_NAME}`, "--forward-ports", "--no-mounts", "--envd-log", s.envdLogLevel, ...outputEnv().flatMap((e) => ["--env", e])],
       env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"],
       cwd: "/",
       capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS },

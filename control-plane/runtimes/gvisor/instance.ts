@@ -70,6 +70,8 @@ const SIG_RELISTEN = "WINCH";
 /** How long the init may take to quiesce, and envd's socket to come back after a restore. */
 const QUIESCE_MS = 5_000;
 const RELISTEN_MS = 15_000;
+/** How long a killed sentry may take to be gone (its memory unmapped). */
+const KILL_WAIT_MS = 10_000;
 
 /** The rules on a sandbox's veth: its policy, else everything (internet access) or nothing. */
 export function effectivePolicy(policy: EgressPolicy | undefined, allowInternetAccess: boolean): EgressPolicy {
@@ -94,6 +96,8 @@ export class GvisorInstance implements Instance {
   private killed = false;
   /** A pause or resume is replacing the sentry. */
   private busy = false;
+  /** A paused sandbox's `runsc delete`, still running (see pause()). */
+  private deleting: Promise<void> | undefined;
   /** A pause ends the sentry, and every connection to it: the pool drops them (and again after the resume). */
   readonly pauseConnections = "drop";
   private policy: EgressPolicy | undefined;
@@ -198,6 +202,7 @@ export class GvisorInstance implements Instance {
   /** runsc's state, the sandbox's network and files: everything once the sandbox is gone. */
   private async release(): Promise<void> {
     const { log, runsc, net, netns, sandboxId, layout } = this.o;
+    await this.deleting;
     await runsc.destroy();
     if (net) await releaseDevice(net.device, sandboxId).catch((err: unknown) => log.warn({ err }, "cannot remove the sandbox's network device"));
     if (netns) await deleteNetns(netns);
@@ -245,12 +250,27 @@ export class GvisorInstance implements Instance {
         throw err;
       }
       this.checkpointed = true;
-      await runsc.destroy();
+      // `runsc delete` took 1.2-2 s here even with the sentry already dead (runsc waits on its own
+      // back-off): the sentry is killed now, its stubs and memory go with it, and runsc's state and
+      // cgroups are removed in the background. A resume or kill waits for that first.
+      await this.killSentry();
+      this.deleting = runsc.destroy().finally(() => (this.deleting = undefined));
       rmSync(layout.dialSocket, { force: true });
       log.info({ ms: Date.now() - started }, "gVisor sandbox paused to disk");
     } finally {
       this.busy = false;
     }
+  }
+
+  /** SIGKILL to the sentry (its stubs die with it), waited for until it is gone: its memory is freed then. */
+  private async killSentry(): Promise<void> {
+    try {
+      process.kill(this.pid_, "SIGKILL");
+    } catch {
+      return; // gone already
+    }
+    const deadline = Date.now() + KILL_WAIT_MS;
+    while (isRunning(this.pid_, this.startTime) && Date.now() < deadline) await sleep(5);
   }
 
   /** A sandbox paused to disk is restored (same id, bundle, network); one paused in memory (runsc pause, older servers) goes on. */
@@ -265,6 +285,7 @@ export class GvisorInstance implements Instance {
     try {
       rmSync(layout.socket, { force: true });
       rmSync(layout.dialSocket, { force: true });
+      await this.deleting;
       await runsc.destroy(); // what a pause cut short may have left
       await runsc.restore({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log, imagePath: layout.checkpoint });
       const state = await runsc.state();

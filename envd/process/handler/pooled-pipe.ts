@@ -16,6 +16,19 @@ const COPY_BELOW = 16 * 1024;
 /** Buffers kept for reuse across all pipes (2 MiB); more in flight are left to the garbage collector when returned. */
 const KEEP = 32;
 
+/**
+ * LOCALE2B_OUTPUT_COALESCE_MS (the gvisor runtime sets it, with a 1 MiB pipe:
+ * LOCALE2B_OUTPUT_PIPE_SIZE, rootfs/init/spawn.c): once a pipe has carried
+ * BULK_BYTES, a read that emptied it is followed by this long without
+ * reading. Under gVisor every wake-up of envd by a writer is a trip through
+ * its kernel: `head -c` writes 4 KiB at a time and envd woke for nearly
+ * every write. Waiting lets the writer fill the pipe, and envd takes it in
+ * full 64 KiB reads. Short outputs never wait; a long one's lines may be
+ * delayed by at most this long.
+ */
+const COALESCE_MS = Number(process.env.LOCALE2B_OUTPUT_COALESCE_MS) || 0;
+const BULK_BYTES = 1024 * 1024;
+
 const free: Buffer[] = [];
 let lent = 0;
 
@@ -48,6 +61,9 @@ export class PooledPipe {
   private early: Parameters<ChunkSink>[] = [];
   /** The buffer Node reads into next: it holds it until the pipe closes. */
   private current: Buffer | undefined;
+  /** Bytes read so far (coalescing starts at BULK_BYTES). */
+  private total = 0;
+  private wait: NodeJS.Timeout | undefined;
 
   constructor(fd: number) {
     const onread = { buffer: () => (this.current = take()), callback: (n: number, buf: Buffer) => this.read(n, buf) };
@@ -55,6 +71,7 @@ export class PooledPipe {
     // as by socket.connect(); @types/node lists it for connect() only.
     this.socket = new net.Socket({ fd, readable: true, writable: false, onread } as net.SocketConstructorOpts);
     this.socket.once("close", () => {
+      clearTimeout(this.wait);
       if (this.current) give(this.current);
       this.current = undefined;
     });
@@ -84,6 +101,18 @@ export class PooledPipe {
       this.early.push(chunk);
       return false;
     }
-    return this.sink(...chunk);
+    this.total += n;
+    const go = this.sink(...chunk);
+    if (go && n < SIZE && COALESCE_MS > 0 && this.total >= BULK_BYTES) this.coalesce();
+    return go;
+  }
+
+  /** The pipe was emptied mid-stream: let the writer fill it before the next read (COALESCE_MS). */
+  private coalesce(): void {
+    this.socket.pause();
+    this.wait = setTimeout(() => {
+      this.wait = undefined;
+      this.socket.resume();
+    }, COALESCE_MS);
   }
 }
