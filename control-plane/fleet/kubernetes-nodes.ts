@@ -2,7 +2,9 @@
 // the store say where each node is and what it has room for; Kubernetes says
 // whether it is alive and may take creates. A node is alive while its Lease
 // (kubernetes-lease.ts) is renewed, and takes creates only while its Node is
-// Ready and not cordoned (`kubectl cordon`). Leases and Nodes are listed every
+// Ready, not cordoned (`kubectl cordon`) and not labelled
+// `locale2b.dev/sandboxes=false` (no new sandboxes there, while pods still
+// schedule and its sandboxes keep running). Leases and Nodes are listed every
 // heartbeat. When the Kubernetes API cannot be read for a while, the nodes'
 // own heartbeats in the store stand in (an apiserver outage must not make
 // every node look lost); the Nodes last seen cordoned or not Ready stay out.
@@ -16,8 +18,15 @@ interface LeaseList {
   items?: { metadata?: { labels?: Record<string, string> }; spec?: { renewTime?: string } }[];
 }
 interface NodeList {
-  items?: { metadata?: { name?: string }; spec?: { unschedulable?: boolean }; status?: { conditions?: { type?: string; status?: string }[] } }[];
+  items?: { metadata?: { name?: string; labels?: Record<string, string> }; spec?: { unschedulable?: boolean }; status?: { conditions?: { type?: string; status?: string }[] } }[];
 }
+
+/**
+ * The Node label that takes a node out of placement without a cordon: `kubectl label node X
+ * locale2b.dev/sandboxes=false` keeps new sandboxes off it while other pods still schedule there
+ * (a cordon stops both), and its sandboxes keep being served. Any other value, or none: it takes creates.
+ */
+export const SANDBOXES_LABEL = "locale2b.dev/sandboxes";
 
 export interface KubernetesNodesOptions {
   cluster: InCluster;
@@ -70,7 +79,11 @@ export class KubernetesNodes {
       for (const n of nodes.items ?? []) {
         if (!n.metadata?.name) continue;
         const ready = n.status?.conditions?.find((c) => c.type === "Ready")?.status;
-        unschedulable.set(n.metadata.name, n.spec?.unschedulable ? "cordoned" : ready !== "True" ? `Node not Ready (${ready ?? "no status"})` : "");
+        const labelledOff = n.metadata.labels?.[SANDBOXES_LABEL] === "false";
+        unschedulable.set(
+          n.metadata.name,
+          n.spec?.unschedulable ? "cordoned" : ready !== "True" ? `Node not Ready (${ready ?? "no status"})` : labelledOff ? `labelled ${SANDBOXES_LABEL}=false` : "",
+        );
       }
       this.renewed = renewed;
       this.unschedulable = unschedulable;
@@ -86,8 +99,9 @@ export class KubernetesNodes {
   /**
    * The records as Kubernetes sees them: `heartbeatAt` is the Lease's last
    * renewal (0 without a Lease: lost; the store's heartbeat while the API
-   * cannot be read), and a node whose Node is (last seen) cordoned or not
-   * Ready is `cordoned` (it keeps its sandboxes, takes no creates).
+   * cannot be read), and a node whose Node is (last seen) cordoned, not
+   * Ready or labelled `locale2b.dev/sandboxes=false` is `cordoned` (it keeps
+   * its sandboxes, takes no creates).
    */
   view(records: NodeRecord[], now = Date.now()): NodeRecord[] {
     const current = this.current(now);

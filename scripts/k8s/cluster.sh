@@ -10,6 +10,7 @@
 #   scripts/k8s/cluster.sh stop-node node2 [--name dev]    # lose a node (SIGKILL); start-node brings it back
 #   scripts/k8s/cluster.sh down [--name dev] [--keep-state]
 #   scripts/k8s/cluster.sh build          # build or find the binaries only
+#   scripts/k8s/cluster.sh fleet [--name dev]   # up, the fleet from deploy/kubernetes on it, E2B env printed; Ctrl-C: down
 #
 # Needs root, scripts/k8s/setup-host.sh's packages, Go (first run: builds the binaries, see
 # scripts/k8s/build-binaries.sh) and `npm ci` (it runs the TypeScript helper, bundled with esbuild).

@@ -3,7 +3,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
+// LOCALE2B_REPO: where scripts/k8s/cluster.sh runs these helpers bundled, away from the clone.
+const root = process.env.LOCALE2B_REPO || fileURLToPath(new URL("../..", import.meta.url));
 export const CLI = join(root, "dist", "control-plane", "cli", "main.js");
 
 export interface CliRun {

@@ -3,7 +3,8 @@
 // only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, all through the
 // control plane's envd proxy. Defined once, run on every runtime:
 // test/sdk/e2b-js-control-plane-envd.test.ts (process) and
-// test/vm/qemu-sdk.test.ts (a QEMU microVM).
+// test/vm/qemu-sdk.test.ts (a QEMU microVM), and through a fleet's
+// Kubernetes Service (test/k8s/fleet.test.ts).
 import { createHash } from "node:crypto";
 import http from "node:http";
 import {
@@ -19,9 +20,20 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { TestControlPlane } from "./control-plane.js";
 import { pseudoRandomStream, rejection, setEnv, terminal, waitFor } from "./sdk.js";
 
+/** What the suite needs of the server it runs against. */
+export interface SdkTarget {
+  /** The server's URL (signed file URLs start with it). */
+  url: string;
+  /** E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY for it. */
+  sdkEnv: Record<string, string>;
+  close(): Promise<void>;
+}
+
 export interface EnvdSuiteOptions {
-  /** Starts the control plane the suite runs against (its runtime is the thing under test). */
-  start: () => Promise<TestControlPlane>;
+  /** Starts the control plane the suite runs against (its runtime is the thing under test), or finds another server. */
+  start: () => Promise<SdkTarget>;
+  /** Makes the suite's sandbox, with the SDK's environment set (default: Sandbox.create("base", { metadata, timeoutMs })). */
+  create?: (opts: { metadata: Record<string, string>; timeoutMs?: number }) => Promise<Sandbox>;
   /** Per-test timeout (a VM under emulation is slow). */
   timeoutMs?: number;
   /** The sandbox's own timeout (E2B's default is 5 minutes: too short for a whole suite under emulation). */
@@ -31,8 +43,10 @@ export interface EnvdSuiteOptions {
 /** Sandbox and control plane of the suite defined last (for runtime-specific tests in the same file). */
 export const suite: { sandbox?: Sandbox; cp?: TestControlPlane } = {};
 
+const isControlPlane = (t: SdkTarget): t is TestControlPlane => "manager" in t;
+
 export function defineEnvdSuite(o: EnvdSuiteOptions): void {
-  let cp: TestControlPlane;
+  let cp: SdkTarget;
   let restoreEnv = () => {};
   let sandbox: Sandbox;
   /** Background commands, PTYs and watches started by the current test, stopped after it. */
@@ -43,9 +57,10 @@ export function defineEnvdSuite(o: EnvdSuiteOptions): void {
   beforeAll(async () => {
     cp = await o.start();
     restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
-    sandbox = await Sandbox.create("base", { metadata: { suite: "js-cp-envd" }, ...(o.sandboxTimeoutMs ? { timeoutMs: o.sandboxTimeoutMs } : {}) });
+    const opts = { metadata: { suite: "js-cp-envd" }, ...(o.sandboxTimeoutMs ? { timeoutMs: o.sandboxTimeoutMs } : {}) };
+    sandbox = await (o.create ? o.create(opts) : Sandbox.create("base", opts));
     suite.sandbox = sandbox;
-    suite.cp = cp;
+    suite.cp = isControlPlane(cp) ? cp : undefined;
   }, o.timeoutMs ?? 120_000); // a VM boot under emulation on a busy host can take minutes
   afterEach(async () => {
     for (const w of watches) await w.stop().catch(() => undefined);

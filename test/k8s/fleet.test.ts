@@ -3,89 +3,43 @@
 // The fleet deployed from deploy/kubernetes (kubectl apply -k, through a test overlay) on a real two-node
 // cluster, with a Postgres on the host reached by the pods over TCP, driven with the real E2B JS SDK
 // through the API's Service (a NodePort: ClusterIPs answer only from pods) and its pods' IPs: creates land
-// on both nodes; a sandbox on node2 streams through an API pod on node1; an API pod killed mid-stream (the
+// on both nodes; the E2B JS and Python SDKs' suites through the Service (test/helpers/k8s/fleet-sdk-suites.ts);
+// a sandbox on node2 streams through an API pod on node1; an API pod killed mid-stream (the
 // command goes on; the SDK reattaches through the other replica); a node agent pod deleted (the DaemonSet
 // starts another, which adopts the sandboxes); `kubectl cordon` (followed by the agent: no creates there);
 // a node lost (its sandboxes answer "lost with node", creates go to the other); down leaves nothing.
 // Skipped, saying why, as test/k8s/cluster.test.ts is, and without a PostgreSQL server or a built dist/.
-import { randomBytes } from "node:crypto";
-import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { AppsV1Api, CoordinationV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { existsSync } from "node:fs";
+import { CoordinationV1Api, CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { Sandbox, type CommandHandle } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
-import { k8sMissing, k8sSkipReason, REPO } from "../helpers/k8s/binaries.js";
-import { downCluster, importImage, kubectl, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
+import { k8sMissing, k8sSkipReason } from "../helpers/k8s/binaries.js";
+import { downCluster, kubectl, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
+import { deployFleet, FLEET_NS as NS, fleetMissing, type K8sFleet } from "../helpers/k8s/fleet.js";
+import { defineFleetSdkSuites } from "../helpers/k8s/fleet-sdk-suites.js";
 import { waitFor } from "../helpers/k8s/host.js";
-import { locale2bImage } from "../helpers/k8s/locale2b-image.js";
-import { CLI, runCli } from "../helpers/cli.js";
-import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
+import { runCli } from "../helpers/cli.js";
+import { postgresMissing } from "../helpers/postgres.js";
 
-const skip = await k8sSkipReason(
-  k8sMissing() ??
-    postgresMissing() ??
-    (existsSync(CLI) ? undefined : `${CLI} is missing: run 'npm run build'`) ??
-    (existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? "", "templates", "base.current"))
-      ? undefined
-      : `no built base template in LOCALE2B_IMAGES_DIR (${process.env.LOCALE2B_IMAGES_DIR}): run the suite once (or 'locale2b serve' as root) to build it`),
-);
+const skip = await k8sSkipReason(k8sMissing() ?? postgresMissing() ?? fleetMissing());
 if (skip) console.warn(`test/k8s/fleet.test.ts skipped: ${skip}`);
-
-const NS = "locale2b";
-const IMAGE = "locale2b.local/locale2b:test";
-const NODE_PORT = 30300;
-const TOKEN = randomBytes(32).toString("hex");
-
-/**
- * An image cache at `dir` as a host of its own has: the built-in `base` and envd's runtime hard-linked
- * from the shared test cache (built images are never changed in place), without any tree a runtime
- * changes (id-shifted copies, holders); as test/control-plane/fleet.test.ts does.
- */
-function ownImagesDir(dir: string): void {
-  const shared = process.env.LOCALE2B_IMAGES_DIR!;
-  const base = readFileSync(join(shared, "templates", "base.current"), "utf8").trim();
-  mkdirSync(join(dir, "templates"), { recursive: true });
-  for (const sub of ["envd", "init", "runtime", "kernels", "node-hash.json"]) {
-    if (existsSync(join(shared, sub))) execFileSync("cp", ["-al", join(shared, sub), join(dir, sub)]);
-  }
-  execFileSync("cp", ["-al", join(shared, "templates", base), join(dir, "templates", base)]);
-  for (const n of readdirSync(join(dir, "templates", base))) if (n.startsWith("rootfs-ids-") || n === ".refs") rmSync(join(dir, "templates", base, n), { recursive: true, force: true });
-  writeFileSync(join(dir, "templates", "base.current"), base);
-}
-
-/** A free TCP port on `host`. */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, host, () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes cluster, deployed from deploy/kubernetes${skip ? ` [skipped: ${skip}]` : ""}`, () => {
   let cluster: Cluster | undefined;
   let core: CoreV1Api;
-  let apps: AppsV1Api;
   let coordination: CoordinationV1Api;
-  let pg: TestPostgres | undefined;
+  let fleet: K8sFleet | undefined;
   let store: PgStore | undefined;
   let db = "";
   let key = "";
-  let work = "";
   let down: string[] | undefined;
   const timings: Record<string, number> = {};
   const made: Sandbox[] = [];
 
   const ip = (node: string) => cluster!.layout.nodes.find((n) => n.name === node)!.ip;
   /** The API's Service, from the host: its NodePort on node1's address. */
-  const service = () => `http://${ip("node1")}:${NODE_PORT}`;
+  const service = () => fleet!.service;
   const sdk = (url: string) => ({ apiKey: key, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 30_000 });
   const live = (p: V1Pod) => !p.metadata?.deletionTimestamp;
   const ready = (p: V1Pod) => live(p) && p.status?.phase === "Running" && !!p.status.conditions?.some((c) => c.type === "Ready" && c.status === "True");
@@ -104,102 +58,20 @@ describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes clu
     const p = (await pods("locale2b-node")).find((x) => x.spec?.nodeName === node);
     return p ? (await kubectl(cluster!, ["-n", NS, "logs", "--tail", "40", p.metadata!.name!], { allowFail: true })).stdout : "(no pod)";
   };
-  const podsReady = async () => {
-    const dep = await apps.readNamespacedDeployment({ name: "locale2b-api", namespace: NS });
-    const ds = await apps.readNamespacedDaemonSet({ name: "locale2b-node", namespace: NS });
-    return (dep.status?.readyReplicas ?? 0) === 2 && (ds.status?.numberReady ?? 0) === 2 ? true : undefined;
-  };
 
   beforeAll(async () => {
-    work = mkdtempSync(join(tmpdir(), "locale2b-k8s-fleet-"));
-    let t = Date.now();
+    const t = Date.now();
     cluster = await upCluster({ name: `fl${process.pid}`, nodes: 2, replace: true });
     timings.clusterUp = Date.now() - t;
     const kc = new KubeConfig();
     kc.loadFromFile(cluster.kubeconfig);
     core = kc.makeApiClient(CoreV1Api);
-    apps = kc.makeApiClient(AppsV1Api);
     coordination = kc.makeApiClient(CoordinationV1Api);
-    const l = cluster.layout;
-
-    // The fleet's Postgres on the host, where pods reach it: the cluster's bridge address, a password.
-    t = Date.now();
-    const password = randomBytes(16).toString("hex");
-    pg = await startPostgres({ tcp: { host: l.hostIP, port: await freePort(l.hostIP), password } });
-    db = await pg.database("fleet");
-    const podDb = pg.tcpUrl("fleet")!;
-    const created = await runCli(["keys", "create", "--database-url", db, "--name", "k8s-test"]);
-    expect(created.code, created.stderr).toBe(0);
-    key = created.stdout.trim();
+    fleet = await deployFleet(cluster);
+    key = fleet.apiKey;
+    db = fleet.databaseUrl;
     store = await PgStore.open(db, { max: 2 });
-    timings.postgres = Date.now() - t;
-
-    // Each node's image cache of its own, as on separate hosts: never the shared test cache, whose
-    // templates this fleet's store does not know (a node's orphan sweep would remove them).
-    for (const n of l.nodes) ownImagesDir(join(l.hostDir, "images", n.name));
-    t = Date.now();
-    await importImage(cluster, await locale2bImage({ ref: IMAGE, out: join(work, "locale2b.tar") }));
-    timings.image = Date.now() - t;
-
-    // The test overlay: the image, the Secret, a NodePort, the host's userland at /host (the test image's
-    // /usr, locale2bImage), per-node data dirs and cgroups inside the cluster's (down removes them). The
-    // agent's cgroup goes under its node's kubelet cgroupRoot: a lost node (stopNode) then loses its
-    // sandboxes, as a power loss would. kustomize refuses an absolute path to a base: a copy of it.
-    cpSync(join(REPO, "deploy", "kubernetes"), join(work, "base"), { recursive: true });
-    const hostVolume = `{ name: host, hostPath: { path: /, type: Directory } }`;
-    const hostMount = `{ name: host, mountPath: /host, readOnly: true }`;
-    writeFileSync(
-      join(work, "kustomization.yaml"),
-      `apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources: [base]
-images:
-  - { name: locale2b, newName: ${IMAGE.split(":")[0]}, newTag: "${IMAGE.split(":")[1]}" }
-secretGenerator:
-  - name: locale2b
-    namespace: ${NS}
-    options: { disableNameSuffixHash: true }
-    literals:
-      - LOCALE2B_DATABASE_URL=${podDb}
-      - LOCALE2B_NODE_TOKEN=${TOKEN}
-configMapGenerator:
-  - name: locale2b-config
-    namespace: ${NS}
-    behavior: merge
-    literals:
-      - LOCALE2B_DOMAIN=${ip("node1")}:${NODE_PORT}
-      - LOCALE2B_LOG_LEVEL=info
-patches:
-  - target: { kind: Service, name: locale2b-api }
-    patch: |
-      - { op: replace, path: /spec/type, value: NodePort }
-      - { op: add, path: /spec/ports/0/nodePort, value: ${NODE_PORT} }
-  - target: { kind: Deployment, name: locale2b-api }
-    patch: |
-      - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
-      - { op: add, path: /spec/template/spec/volumes, value: [${hostVolume}] }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts, value: [${hostMount}] }
-      - { op: replace, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2 }
-  - target: { kind: DaemonSet, name: locale2b-node }
-    patch: |
-      - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
-      - { op: add, path: /spec/template/spec/volumes/-, value: ${hostVolume} }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: ${hostMount} }
-      - { op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: ${join(l.hostDir, "data")} }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/0/subPathExpr, value: "$(NODE_NAME)" }
-      - { op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: ${join(l.hostDir, "images")} }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/1/subPathExpr, value: "$(NODE_NAME)" }
-      - { op: add, path: /spec/template/spec/containers/0/env/-, value: { name: LOCALE2B_NO_IMAGE_BUILD, value: "1" } }
-      - { op: test, path: /spec/template/spec/containers/0/env/3/name, value: LOCALE2B_NODE_CGROUP }
-      - { op: replace, path: /spec/template/spec/containers/0/env/3/value, value: "${l.cgroupParent.replace(/^\//, "")}/$(NODE_NAME)/locale2b-node" }
-      - { op: add, path: /spec/template/spec/containers/0/args/-, value: "--warm-pool=0" }
-`,
-    );
-    t = Date.now();
-    await kubectl(cluster, ["apply", "-k", work], { timeoutMs: 60_000 });
-    await waitFor("the API Deployment (2 ready) and the node DaemonSet (2 ready)", podsReady, 180_000, 500);
-    timings.applyToReady = Date.now() - t;
-    console.log(`fleet on Kubernetes: ${JSON.stringify(timings)}`);
+    console.log(`fleet on Kubernetes: ${JSON.stringify({ ...timings, ...fleet.timings })}`);
   }, 900_000);
 
   afterAll(async () => {
@@ -209,8 +81,8 @@ patches:
       const left = await downCluster(cluster.layout.stateDir);
       if (left.length) console.warn(`left behind: ${left.join("; ")}`);
     }
-    await pg?.stop();
-    if (work) rmSync(work, { recursive: true, force: true });
+    await fleet?.postgres.stop();
+    fleet?.cleanup();
   }, 180_000);
 
   it("the API Deployment spreads one replica per node, and both node agents join the fleet at their host's address", async () => {
@@ -251,6 +123,9 @@ patches:
     expect(new Set(where)).toEqual(new Set(["node1", "node2"]));
     for (const s of made) expect((await s.commands.run("echo hello from $(hostname)")).stdout).toBe(`hello from ${s.sandboxId}\n`);
   }, 180_000);
+
+  // The E2B SDKs (JS and Python) through the Service, before the faults below take replicas and nodes away.
+  defineFleetSdkSuites(() => ({ fleet: fleet!, nodeOf }));
 
   it("from inside a sandbox, as user and as root: no service-account token, no Kubernetes API, no node agent port, no Postgres", async () => {
     const l = cluster!.layout;

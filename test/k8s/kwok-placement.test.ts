@@ -10,7 +10,8 @@
 // them, their Ready condition False), 10 nodes whose Leases stop being renewed (lost after NODE_LOST_MS), and
 // 10 full nodes each get none; with the apiserver unreachable (SIGSTOPped) for longer than NODE_LOST_MS/2 the
 // view falls back to the store's heartbeats (Nodes last seen cordoned or NotReady stay out), and judges by
-// Kubernetes again once it answers.
+// Kubernetes again once it answers; 10 Nodes labelled locale2b.dev/sandboxes=false get none (and some again
+// once the label goes).
 // Skipped, saying why, as test/k8s/cluster.test.ts is, without a PostgreSQL server, or when kwok cannot be
 // built (scripts/k8s/build-kwok.sh: Go and the module proxy; cached in ~/.cache/locale2b/k8s-kwok).
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -20,7 +21,7 @@ import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
 import type { InCluster } from "../../control-plane/fleet/kubernetes-client.js";
-import { KubernetesNodes } from "../../control-plane/fleet/kubernetes-nodes.js";
+import { KubernetesNodes, SANDBOXES_LABEL } from "../../control-plane/fleet/kubernetes-nodes.js";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { k8sMissing, k8sSkipReason, REPO } from "../helpers/k8s/binaries.js";
 import { downCluster, kubectl, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
@@ -230,5 +231,32 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     expect(logged.some((l) => /reading the fleet's Leases and Nodes works again/.test(l.msg))).toBe(true);
     const eligible = without(CORDONED, NOT_READY, LEASE_ONLY, SILENT, FULL);
     expectSpread(await fleet!.create(eligible.length * 2), eligible);
+  }, 300_000);
+
+  it("places nothing on 10 Nodes labelled locale2b.dev/sandboxes=false (still Ready and schedulable), and on them again once the label goes", async () => {
+    const eligible = without(CORDONED, NOT_READY, LEASE_ONLY, SILENT, FULL);
+    const labelled = eligible.slice(0, 10);
+    await kubectl(cluster!, ["label", "node", ...labelled, `${SANDBOXES_LABEL}=false`]);
+    await waitFor("the view to keep the 10 labelled Nodes out", async () => {
+      const out = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
+      return labelled.every((n) => out.includes(n)) ? true : undefined;
+    }, 30_000, 250);
+    // Kubernetes still schedules pods there: only the fleet leaves them alone.
+    const list = JSON.parse((await kubectl(cluster!, ["get", "nodes", ...labelled, "-o", "json"])).stdout) as { items: { spec?: { unschedulable?: boolean } }[] };
+    expect(list.items.map((i) => i.spec?.unschedulable ?? false)).toEqual(labelled.map(() => false));
+    const rest = eligible.filter((n) => !labelled.includes(n));
+    expectSpread(await fleet!.create(rest.length * 2), rest);
+
+    // Any other value takes creates, as no label does.
+    await kubectl(cluster!, ["label", "node", "--overwrite", ...labelled.slice(0, 5), `${SANDBOXES_LABEL}=true`]);
+    await kubectl(cluster!, ["label", "node", ...labelled.slice(5), `${SANDBOXES_LABEL}-`]);
+    await waitFor("the view to take the 10 Nodes back", async () => {
+      const out = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
+      return labelled.every((n) => !out.includes(n)) ? true : undefined;
+    }, 30_000, 250);
+    // Being the emptiest now (they missed the last creates), each of the 10 takes some.
+    const got = await fleet!.create(40);
+    for (const n of labelled) expect([...got.keys()]).toContain(n);
+    expect([...got.keys()].every((n) => eligible.includes(n))).toBe(true);
   }, 300_000);
 });

@@ -8,6 +8,12 @@ it exactly as a user would, through the environment only:
 
 Needs dist/ (`npm run build`; `npm test` builds before it runs this suite).
 Set LOCALE2B_PY_KEEP_LOG=1 to keep the server log (its path is printed).
+
+With LOCALE2B_PY_SERVER_URL (and LOCALE2B_PY_API_KEY, LOCALE2B_PY_DOMAIN: the
+sandboxes' `domain`, default `localhost:<port>`) the tests run against that
+server instead of one of their own (test/k8s/fleet.test.ts points it at the
+fleet's Kubernetes Service). The server is someone else's: nothing is started,
+and at the end nothing is killed but what the fixtures made.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -49,8 +56,10 @@ _SDK_ENV = (
 class ControlPlane:
     url: str
     api_key: str
-    data_dir: Path
-    log_path: Path
+    data_dir: Path | None
+    log_path: Path | None
+    # What the sandboxes' `domain` is (get_host builds `<port>-<id>.<domain>` from it).
+    domain: str
 
     def api(self, api_key: str | None = None) -> httpx.Client:
         """A plain REST client with the API key (the SDK is not involved)."""
@@ -61,6 +70,8 @@ class ControlPlane:
         )
 
     def log_tail(self, lines: int = 60) -> str:
+        if self.log_path is None:
+            return "(the server is not this suite's: no log)"
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
@@ -124,8 +135,48 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+@contextmanager
+def _sdk_env(url: str, api_key: str) -> Iterator[None]:
+    """The SDK pointed at `url` through the environment only, as a user would; restored after."""
+    saved = {k: os.environ.get(k) for k in _SDK_ENV}
+    for k in _SDK_ENV:
+        os.environ.pop(k, None)
+    os.environ["E2B_API_URL"] = url
+    os.environ["E2B_SANDBOX_URL"] = url
+    os.environ["E2B_VOLUME_API_URL"] = url
+    os.environ["E2B_API_KEY"] = api_key
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _external_server(url: str) -> ControlPlane:
+    key = os.environ.get("LOCALE2B_PY_API_KEY")
+    if not key:
+        pytest.exit("LOCALE2B_PY_SERVER_URL is set but LOCALE2B_PY_API_KEY is not: give the server's API key", returncode=1)
+    try:
+        status = httpx.get(f"{url}/health", timeout=10).status_code
+    except httpx.HTTPError as e:
+        pytest.exit(f"LOCALE2B_PY_SERVER_URL={url}: GET /health failed: {e}", returncode=1)
+    if status != 200:
+        pytest.exit(f"LOCALE2B_PY_SERVER_URL={url}: GET /health answered {status}", returncode=1)
+    domain = os.environ.get("LOCALE2B_PY_DOMAIN") or f"localhost:{httpx.URL(url).port}"
+    return ControlPlane(url=url, api_key=key, data_dir=None, log_path=None, domain=domain)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def control_plane() -> Iterator[ControlPlane]:
+    external = os.environ.get("LOCALE2B_PY_SERVER_URL")
+    if external:
+        cp = _external_server(external.rstrip("/"))
+        with _sdk_env(cp.url, cp.api_key):
+            yield cp
+        return
     if not CLI.exists():
         pytest.exit(f"{CLI} is missing: run `npm run build` first", returncode=1)
 
@@ -136,7 +187,7 @@ def control_plane() -> Iterator[ControlPlane]:
     api_key = "e2b_" + secrets.token_hex(20)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    cp = ControlPlane(url=url, api_key=api_key, data_dir=data_dir, log_path=log_path)
+    cp = ControlPlane(url=url, api_key=api_key, data_dir=data_dir, log_path=log_path, domain=f"localhost:{port}")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
     env["LOCALE2B_API_KEY"] = api_key
@@ -168,26 +219,15 @@ def control_plane() -> Iterator[ControlPlane]:
                 )
             time.sleep(0.1)
 
-        saved = {k: os.environ.get(k) for k in _SDK_ENV}
-        for k in _SDK_ENV:
-            os.environ.pop(k, None)
-        os.environ["E2B_API_URL"] = url
-        os.environ["E2B_SANDBOX_URL"] = url
-        os.environ["E2B_VOLUME_API_URL"] = url
-        os.environ["E2B_API_KEY"] = api_key
-        try:
-            yield cp
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        with _sdk_env(url, api_key):
             try:
-                _kill_all_sandboxes(cp)
-                _destroy_all_volumes(cp)
-            except httpx.HTTPError as e:
-                print(f"\nconftest: could not list/kill leftover sandboxes or volumes: {e}", file=sys.stderr)
+                yield cp
+            finally:
+                try:
+                    _kill_all_sandboxes(cp)
+                    _destroy_all_volumes(cp)
+                except httpx.HTTPError as e:
+                    print(f"\nconftest: could not list/kill leftover sandboxes or volumes: {e}", file=sys.stderr)
     finally:
         _stop(proc)
         log.close()

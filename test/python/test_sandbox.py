@@ -427,7 +427,7 @@ def test_get_host_reaches_a_server_in_the_sandbox(sandbox: Sandbox, control_plan
         f"python3 -m http.server {port} --bind 127.0.0.1 --directory /home/user/site", background=True, timeout=0
     )
     host = sandbox.get_host(port)
-    assert host == f"{port}-{sandbox.sandbox_id}.localhost:{httpx.URL(control_plane.url).port}"
+    assert host == f"{port}-{sandbox.sandbox_id}.{control_plane.domain}"
 
     def fetch():
         # The Host header routes it, as a wildcard DNS name would in a browser.

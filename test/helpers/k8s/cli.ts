@@ -8,9 +8,15 @@
 //   stop-node NODE [--name N]                                lose a node at once (SIGKILL all it runs)
 //   start-node NODE [--name N]                               start a stopped node again, wait until Ready
 //   build                                                    build (or find) the binaries; print their cache
+//   fleet [--name N]                                         up (replacing N), the fleet deployed on it from deploy/kubernetes
+//                                                            (test/helpers/k8s/fleet.ts), the E2B SDK's environment printed;
+//                                                            held until SIGINT/SIGTERM, then down, Postgres stopped
 import { spawnSync } from "node:child_process";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import { buildBinaries } from "./binaries.js";
 import { clusterStatus, downCluster, importImage, openCluster, startNodeAgain, stopNode, upCluster } from "./cluster.js";
+import { deployFleet } from "./fleet.js";
 import { defaultStateDir } from "./layout.js";
 
 const [command, ...rest] = process.argv.slice(2);
@@ -71,10 +77,39 @@ async function main(): Promise<number> {
     case "build":
       console.log((await buildBinaries({ progress: true })).dir);
       return 0;
+    case "fleet":
+      return holdFleet();
     default:
-      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|stop-node NODE|start-node NODE|build [--name N] [--nodes N] [--apiserver-only] [--state-dir DIR] [--replace] [--keep-state]");
+      console.error("usage: scripts/k8s/cluster.sh up|down|status|import TAR|kubectl -- ARGS|stop-node NODE|start-node NODE|build|fleet [--name N] [--nodes N] [--apiserver-only] [--state-dir DIR] [--replace] [--keep-state]");
       return 2;
   }
+}
+
+/** A fleet on a fresh cluster, for the E2B SDKs (E2B's own suites, by hand) until a signal; then nothing left. */
+async function holdFleet(): Promise<number> {
+  process.env.LOCALE2B_IMAGES_DIR ||= join(homedir(), ".cache", "locale2b", "images");
+  const c = await upCluster({ name, nodes: 2, stateDir, replace: true, progress: true });
+  let fleet;
+  try {
+    fleet = await deployFleet(c);
+  } catch (e) {
+    await downCluster(c.layout.stateDir);
+    throw e;
+  }
+  console.log(`the fleet is up on cluster ${name} (${JSON.stringify(fleet.timings)}); point the E2B SDKs at its Service:
+export E2B_API_URL=${fleet.service} E2B_SANDBOX_URL=${fleet.service} E2B_DOMAIN=${fleet.domain} E2B_API_KEY=${fleet.apiKey}
+export LOCALE2B_DATABASE_URL=${fleet.databaseUrl}   # locale2b nodes list
+export KUBECONFIG=${c.kubeconfig}
+Ctrl-C (or SIGTERM) takes it down.`);
+  await new Promise<void>((resolve) => {
+    process.once("SIGINT", resolve);
+    process.once("SIGTERM", resolve);
+  });
+  const left = await downCluster(c.layout.stateDir);
+  await fleet.postgres.stop();
+  fleet.cleanup();
+  if (left.length) console.error(`left behind:\n  ${left.join("\n  ")}`);
+  return left.length ? 1 : 0;
 }
 
 main().then(
