@@ -24,11 +24,11 @@ function load(n: NodeRecord): number {
 
 /**
  * The nodes that may take the create, best first: those that have the
- * template's image (least loaded, then fewest sandboxes, then by name), then
+ * template's image (least loaded, then fewest sandboxes, then in a random order), then
  * the others, which copy the image from a holder first (fleet/image-transfer.ts);
  * or why none may.
  */
-export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now()): Placement {
+export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now(), random: () => number = Math.random): Placement {
   const alive = nodes.filter((n) => now - n.heartbeatAt <= NODE_LOST_MS);
   if (ask.image !== undefined && !alive.some((n) => n.images.includes(ask.image!))) {
     return { ok: false, why: "none", message: `no node can take this sandbox: its template's image '${ask.image}' is on no live node (the node that built it is gone): build the template again` };
@@ -37,7 +37,10 @@ export function place(nodes: NodeRecord[], ask: PlacementAsk, now = Date.now()):
   const withRoom = eligible.filter((n) => nodeTakes(n, ask.memoryMB, now));
   if (withRoom.length) {
     const has = (n: NodeRecord) => (ask.image === undefined || n.images.includes(ask.image) ? 0 : 1);
-    return { ok: true, nodes: withRoom.sort((a, b) => has(a) - has(b) || load(a) - load(b) || a.capacity.sandboxes - b.capacity.sandboxes || (a.name < b.name ? -1 : 1)) };
+    // Equal nodes are taken in a random order: by name, a client that creates, uses and kills one sandbox at a
+    // time (E2B's own test suites, many agents) would land on the same node every time.
+    const tie = new Map(withRoom.map((n) => [n.name, random()]));
+    return { ok: true, nodes: withRoom.sort((a, b) => has(a) - has(b) || load(a) - load(b) || a.capacity.sandboxes - b.capacity.sandboxes || tie.get(a.name)! - tie.get(b.name)!) };
   }
   if (eligible.length) {
     return { ok: false, why: "full", message: `the fleet is full: ${eligible.length} node${eligible.length > 1 ? "s" : ""} could take this sandbox and none has room for ${ask.memoryMB} MiB more; retry later, or kill or pause some sandboxes` };

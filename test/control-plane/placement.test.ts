@@ -49,6 +49,18 @@ describe("placement over 100 nodes", () => {
     for (const [name, count] of fill) expect(Number(name.slice(5)) % 2, `${name} got ${count}`).toBe(0);
   });
 
+  it("spreads one-at-a-time creates (each killed before the next) over equal nodes instead of always the first by name", () => {
+    const nodes = Array.from({ length: 4 }, (_, i) => node(i));
+    const got = new Map<string, number>();
+    for (let i = 0; i < 400; i++) {
+      const p = place(nodes, { memoryMB: 512 }, NOW); // the last sandbox is gone again: every node looks the same
+      if (!p.ok) throw new Error(p.message);
+      got.set(p.nodes[0]!.name, (got.get(p.nodes[0]!.name) ?? 0) + 1);
+    }
+    expect(got.size).toBe(4);
+    for (const [name, count] of got) expect(count, `${name} got ${count} of 400`).toBeGreaterThan(40);
+  });
+
   it("never places on cordoned, lost or full nodes, and counts memory as well as sandboxes", () => {
     const nodes = Array.from({ length: 100 }, (_, i) => {
       if (i < 30) return node(i, { state: "cordoned" });
