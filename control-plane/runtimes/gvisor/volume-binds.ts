@@ -2,19 +2,16 @@
 // is a bind mount in the OCI bundle. runsc's gofer serves files with their host
 // ids unshifted (`user` of a gVisor sandbox is host uid 1000), while a volume's
 // files belong to the process runtime's shifted ids (user = base + 1000), so
-// the bundle's source is an id-mapped bind of the volume (native/idmap-bind.c:
+// the bundle's source is an id-mapped bind of the volume (volumes/native/idmap-bind.c:
 // base.. reads as 0..; nodev, nosuid), made under the sandbox's directory only
 // while runsc starts (run or restore) the sandbox: the gofer keeps its own copy
 // in its mount namespace, and nothing of it is left on the host's side after.
 // Every sandbox, of either runtime, sees the same files with the same owners.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
-import type { VolumeBinding } from "../../domain/volume.js";
 import { runCommand } from "../../host/commands.js";
 import { findExecutable } from "../../host/executables.js";
-import { ensureCompiled } from "../../images/guest-init.js";
-import { packageRoot } from "../paths.js";
-import { sandboxIdRange } from "../process/id-map.js";
+import { idmapHelper, shiftArgs } from "../../volumes/idmap-bind.js";
 
 /** A volume as the bundle names it: its id-mapped source under the sandbox's dir, and its path inside. */
 export interface BundleVolume {
@@ -35,16 +32,6 @@ export function bundleVolumes(sandboxDir: string, volumes: GvisorVolume[]): Bund
   return volumes.map((v, i) => ({ source: join(volumesDir(sandboxDir), String(i)), destination: v.path }));
 }
 
-/** The helper for the current sources, compiled on first use into `<imagesDir>/host-tools/idmap-bind/<hash>/`. */
-function idmapHelper(imagesDir: string): Promise<string> {
-  return ensureCompiled({
-    sourceDir: join(packageRoot(), "control-plane", "runtimes", "gvisor", "native"),
-    cacheDir: join(imagesDir, "host-tools", "idmap-bind"),
-    binaryName: "l2b-idmap-bind",
-    what: "the gVisor volume id-map helper",
-  });
-}
-
 /** Mount points under `dir` (from /proc/self/mountinfo), deepest first. */
 function mountsUnder(dir: string): string[] {
   const out: string[] = [];
@@ -60,8 +47,7 @@ export async function bindVolumes(imagesDir: string, sandboxDir: string, volumes
   if (volumes.length === 0) return;
   await unbindVolumes(sandboxDir);
   const helper = await idmapHelper(imagesDir);
-  const { base, count } = sandboxIdRange();
-  const args = ["--shift", `${base}:${count}`];
+  const args = shiftArgs();
   for (const [i, b] of bundleVolumes(sandboxDir, volumes).entries()) {
     if (!existsSync(volumes[i]!.hostPath)) throw new Error(`volume at ${volumes[i]!.path}: its host mount ${volumes[i]!.hostPath} is missing`);
     mkdirSync(b.source, { recursive: true, mode: 0o700 });

@@ -2,7 +2,11 @@
  * l2b-idmap-bind: binds a volume's host mount at a new place with its ids
  * shifted back to the sandbox's own (an id-mapped mount), for gVisor.
  *
- *   l2b-idmap-bind --shift BASE:COUNT SOURCE TARGET [SOURCE TARGET ...]
+ *   l2b-idmap-bind --shift BASE:COUNT SOURCE TARGET [SOURCE TARGET ...] [-- PROGRAM ARGS...]
+ *
+ * With `-- PROGRAM`, the binds are made in a new, private mount namespace
+ * and PROGRAM runs in it (qemu's virtiofsd): the host's own mount table never
+ * has them, and they go when PROGRAM exits.
  *
  * A volume's files belong to the ids the process runtime gives sandboxes
  * (`user` is host uid BASE + 1000), while runsc's gofer works with host ids
@@ -113,10 +117,22 @@ int main(int argc, char **argv)
 			die("--shift %s: expected BASE:COUNT", argv[i + 1]);
 		i += 2;
 	}
-	int n = (argc - i) / 2;
-	if (count == 0 || n < 1 || (argc - i) % 2 != 0 || n > MAX_MOUNTS)
-		die("usage: l2b-idmap-bind --shift BASE:COUNT SOURCE TARGET [SOURCE TARGET ...]");
+	int end = argc;
+	for (int k = i; k < argc; k++) {
+		if (strcmp(argv[k], "--") == 0) {
+			end = k;
+			break;
+		}
+	}
+	char **program = end < argc && end + 1 < argc ? &argv[end + 1] : NULL;
+	if (end < argc && !program)
+		die("-- needs a program to run");
+	int n = (end - i) / 2;
+	if (count == 0 || n < 1 || (end - i) % 2 != 0 || n > MAX_MOUNTS)
+		die("usage: l2b-idmap-bind --shift BASE:COUNT SOURCE TARGET [SOURCE TARGET ...] [-- PROGRAM ARGS...]");
 	int ns = shift_userns(base, count);
+	if (program && (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0))
+		die("a private mount namespace: %s", strerror(errno));
 	for (int k = 0; k < n; k++) {
 		const char *source = argv[i + 2 * k], *target = argv[i + 2 * k + 1];
 		int tree = open_tree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
@@ -136,6 +152,11 @@ int main(int argc, char **argv)
 			die("mount on %s: %s", target, strerror(errno));
 		close(dir);
 		close(tree);
+	}
+	if (program) {
+		close(ns);
+		execv(program[0], program);
+		die("exec %s: %s", program[0], strerror(errno));
 	}
 	return 0;
 }
