@@ -180,6 +180,10 @@ describe.skipIf(missing !== undefined)(`volumes on the gvisor runtime${why}`, { 
     const snap = await fetch(`${cp.url}/sandboxes/${sbx.sandboxId}/snapshots`, { method: "POST", headers: { "x-api-key": cp.apiKey, "content-type": "application/json" }, body: JSON.stringify({ memory: true }) });
     expect(snap.status).toBe(400);
     expect(((await snap.json()) as { message: string }).message).toMatch(/cannot take memory snapshots \(it takes: filesystem\)/);
+    // Nor does a sandbox from another's memory snapshot get volumes: its checkpoint has no such mounts.
+    const plain = await create({});
+    const memory = await plain.createSnapshot();
+    await expect(Sandbox.create(memory.snapshotId, { volumeMounts: { "/p": vol } })).rejects.toThrow(/cannot mount volumes on gvisor \(its checkpoint has no such mounts\)/);
   });
 
   it("a server restart re-adopts a gVisor sandbox with its volume mounted", async () => {

@@ -118,6 +118,8 @@ export class GvisorRuntime implements Runtime {
     const disk = snapshotDisk(from.dir);
     if (!existsSync(disk)) throw new SnapshotUnusableError(`the snapshot's disk image is missing (${disk})`);
     const checkpoint = from.kind === "memory" ? snapshotCheckpoint(from.dir) : undefined;
+    // Its checkpoint was taken without volumes (snapshotKinds): runsc restores only into the mounts it was saved with.
+    if (checkpoint && spec.volumes?.length) throw new SnapshotUnusableError("a sandbox from a memory snapshot cannot mount volumes on gvisor (its checkpoint has no such mounts): mount them in a sandbox from a template, or from a filesystem snapshot");
     if (checkpoint && !existsSync(checkpoint)) throw new SnapshotUnusableError(`the snapshot's checkpoint image is missing (${checkpoint})`);
     return this.start(spec, this.image(spec, from.dir), { disk, checkpoint });
   }
