@@ -265,6 +265,8 @@ export class GvisorRuntime implements Runtime {
       await removeSandboxDir(layout).catch((err: unknown) => log.warn({ err }, "cannot remove a dead sandbox's files"));
       return undefined;
     }
+    // A server that died while runsc started it left the volumes' id-mapped binds on the host: the sandbox has its own.
+    await unbindVolumes(layout.dir).catch((err: unknown) => log.warn({ err }, "cannot unmount a volume's leftover id-mapped bind"));
     const policy = isPolicy(p.policy) ? p.policy : undefined;
     const allowInternetAccess = p.allowInternetAccess !== false;
     // The host's rules may be from another server version (rewritten at first use): put the sandbox's back.
