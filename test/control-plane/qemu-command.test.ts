@@ -56,6 +56,7 @@ describe("qemu command", () => {
     expect(args).toContain("-chardev socket,id=vfs0,path=/data/sandboxes/abc/virtiofs-0.sock -device vhost-user-fs-device,chardev=vfs0,tag=l2bvol0");
     expect(args).toContain("-chardev socket,id=vfs1,path=/data/sandboxes/abc/virtiofs-1.sock -device vhost-user-fs-device,chardev=vfs1,tag=l2bvol1");
     expect(args).toContain("memory-backend-memfd,id=mem,size=512M,share=on");
+    expect(args).toContain("-global virtio-mmio.force-legacy=false");
     expect(qemuArgs(spec).join(" ")).not.toContain("vhost-user-fs");
     expect(guestVolumes([{ path: "/mnt/a" }, { path: "/srv/b" }])).toEqual([
       { tag: "l2bvol0", path: "/mnt/a" },

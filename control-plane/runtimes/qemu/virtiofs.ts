@@ -33,7 +33,9 @@ const sharedDir = (dir: string, i: number): string => join(dir, "volumes", Strin
 
 /** QEMU's arguments for the VM's volumes (one vhost-user-fs device each). */
 export function virtiofsQemuArgs(dir: string, count: number): string[] {
-  const out: string[] = [];
+  // microvm's virtio-mmio transports are legacy (virtio 0.9) by default, and virtiofsd's libvhost-user
+  // refuses legacy devices ("virtio legacy devices aren't supported", then QEMU exits): modern ones.
+  const out: string[] = count > 0 ? ["-global", "virtio-mmio.force-legacy=false"] : [];
   for (let i = 0; i < count; i++) {
     out.push("-chardev", `socket,id=vfs${i},path=${virtiofsSocket(dir, i)}`, "-device", `vhost-user-fs-device,chardev=vfs${i},tag=${virtiofsTag(i)}`);
   }
