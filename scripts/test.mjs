@@ -290,7 +290,8 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
     // 4b: the sandbox-side part of the suite (commands, files, PTY) against QEMU microVMs,
     // when the VM suite can run here (the images were built above).
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasQemu() && process.getuid?.() === 0 && failures.every((f) => !/template build|kernel build/.test(f))) {
-      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      // and volumes (virtio-fs; the kernel built above has it).
+      const files = ["test_commands.py", "test_files.py", "test_pty.py", "test_volumes.py"].map((f) => `test/python/${f}`);
       runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
     }
     // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built,
