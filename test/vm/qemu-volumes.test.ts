@@ -2,7 +2,7 @@
 // runtimes/qemu/virtiofs.ts) through the unmodified JS SDK. One VM with two
 // volumes serves most checks (a TCG boot is slow on 2 cores); the server runs
 // the process runtime too, so a process sandbox shares a volume with the VM.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { CommandExitError, Sandbox, Volume } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -75,6 +75,8 @@ describe.skipIf(missing !== undefined)(`volumes on the qemu runtime (virtio-fs)$
     for (const v of await Volume.list().catch(() => [])) await Volume.destroy(v.volumeId).catch(() => undefined);
     restore?.();
     await cp?.close();
+    // The restart's second server was given the data dir, so its close keeps it.
+    if (cp) rmSync(cp.dataDir, { recursive: true, force: true });
   }, 120_000);
 
   it("mounts each volume by virtio-fs: written by the API, read and written inside by `user` (owner user), read back by the API", async () => {
