@@ -52,6 +52,7 @@ import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./t
 import { TlsFront } from "./tls/tls-front.js";
 import { VolumeService } from "./volumes/volume-service.js";
 import { volumeIds, volumeSizeMB } from "./volumes/volume-settings.js";
+import { mountGuestVolumes } from "./volumes/guest-mounts.js";
 import { SecretService } from "./secrets/secret-service.js";
 import { keySource } from "./secrets/secret-key.js";
 import { resolveSecretPlaceholders } from "./secrets/placeholders.js";
@@ -268,6 +269,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     quiesce: (id) => activity?.quiesce(id) ?? Promise.resolve(),
     ...(puller ? { ensureImage: (image: string) => puller.ensure(image) } : {}),
     volumes,
+    mountGuestVolumes: (target, list) => mountGuestVolumes(envdRpc, target, list),
     prepare: async (target, dir, guest) => {
       const sandboxLog = log.child({ sandboxId: target.endpoint.sandboxId });
       if (guest) await applyGuestIdentity(envdRpc, target, guest, sandboxLog);

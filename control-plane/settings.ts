@@ -78,6 +78,7 @@ export const SETTINGS = {
   LOCALE2B_QEMU: { what: "qemu: qemu-system-x86_64", default: "on PATH", reader: "qemu" },
   LOCALE2B_QEMU_IMG: { what: "qemu: qemu-img", default: "on PATH", reader: "qemu" },
   LOCALE2B_VHOST_VSOCK: { what: "qemu: vhost-device-vsock", default: "on PATH or /usr/local/bin", reader: "qemu" },
+  LOCALE2B_VIRTIOFSD: { what: "qemu: virtiofsd (volumes)", default: "on PATH, /usr/lib/qemu or /usr/libexec", reader: "qemu" },
   LOCALE2B_QEMU_TCG_CPUS: { what: "qemu: vCPUs a VM gets under emulation (TCG)", default: "1", reader: "qemu" },
   LOCALE2B_FIRECRACKER: { what: "firecracker: the firecracker binary", default: "on PATH", reader: "firecracker" },
   LOCALE2B_JAILER: { what: "firecracker: the jailer binary", default: "on PATH", reader: "firecracker" },

@@ -290,15 +290,18 @@ if (process.env.LOCALE2B_TEST_NO_PYTHON === "1") {
     // 4b: the sandbox-side part of the suite (commands, files, PTY) against QEMU microVMs,
     // when the VM suite can run here (the images were built above).
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasQemu() && process.getuid?.() === 0 && failures.every((f) => !/template build|kernel build/.test(f))) {
-      const files = ["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`);
+      // and volumes (virtio-fs; the kernel built above has it).
+      const files = ["test_commands.py", "test_files.py", "test_pty.py", "test_volumes.py"].map((f) => `test/python/${f}`);
       runPytest(python, "test/python[qemu]", files, { LOCALE2B_RUNTIME: "qemu", LOCALE2B_WARM_POOL: "1" });
     }
     // 4c: the same part against gVisor sandboxes, where runsc is installed (scripts/setup-host) and the base image built,
-    // and the pause (to disk on gvisor) with processes that go on after the resume.
+    // the pause (to disk on gvisor) with processes that go on after the resume, and volumes.
     if (process.env.LOCALE2B_TEST_NO_VM !== "1" && hasRunsc() && process.getuid?.() === 0 && failures.every((f) => !/template build/.test(f))) {
       const files = [
         ...["test_commands.py", "test_files.py", "test_pty.py"].map((f) => `test/python/${f}`),
         "test/python/test_sandbox.py::test_pause_and_connect_resumes_with_files_and_processes",
+        // Volumes: id-mapped binds in the OCI bundle (control-plane/runtimes/gvisor/volume-binds.ts).
+        "test/python/test_volumes.py",
       ];
       runPytest(python, "test/python[gvisor]", files, { LOCALE2B_RUNTIME: "gvisor", LOCALE2B_WARM_POOL: "1" });
     }

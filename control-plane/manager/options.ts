@@ -1,7 +1,7 @@
 // What a SandboxManager is made of: the server's store, runtimes, transport,
 // limits and the hooks other parts of the control plane give it.
 import type { Logger } from "pino";
-import type { GuestIdentity, Runtime } from "../runtimes/runtime.js";
+import type { GuestIdentity, GuestVolume, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Store } from "../store/store.js";
 import type { EnvdClient } from "../transport/envd-client.js";
@@ -87,6 +87,8 @@ export interface ManagerOptions {
    * sandboxes are refused.
    */
   trustEgressCa?: (target: EnvdTarget) => Promise<void>;
+  /** Mounts the volumes a VM mounts itself (Instance.guestVolumes) through envd; throws when it cannot. */
+  mountGuestVolumes?: (target: EnvdTarget, volumes: GuestVolume[]) => Promise<void>;
   /** Runs a new sandbox's template start and ready commands (templates/start-command.ts); absent: they are not run. */
   startCommand?: StartCommand;
   /**

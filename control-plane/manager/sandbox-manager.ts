@@ -2,7 +2,8 @@ import { mkdirSync, rmSync } from "node:fs";
 import { closeEgressProxies } from "../runtimes/net/egress-proxy/proxies.js";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { Instance, InstanceSpec, Runtime } from "../runtimes/runtime.js";
+import type { GuestVolume, Instance, InstanceSpec, Runtime } from "../runtimes/runtime.js";
+import type { EnvdTarget } from "../transport/envd-rpc.js";
 import { createHash } from "node:crypto";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
 import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
@@ -27,7 +28,6 @@ import { Timeouts } from "./timeouts.js";
 import { SandboxTable } from "./sandbox-table.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { ControlPlaneError } from "../domain/errors.js";
-import type { EnvdTarget } from "../transport/envd-rpc.js";
 import { byStart, type CreateSandboxInput, type LifecycleEventType, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { Endpoint } from "../transport/endpoint.js";
 
@@ -83,6 +83,11 @@ export class SandboxManager {
       admit: (start) => this.admission.run(start, { background: true }),
       log: this.o.log.child({ component: "warm-pool", image: shape.templateId }),
     });
+  }
+
+  private async mountGuestVolumes(target: EnvdTarget, volumes: GuestVolume[]): Promise<void> {
+    if (!this.o.mountGuestVolumes) throw new Error("this server cannot mount volumes inside VMs");
+    await this.o.mountGuestVolumes(target, volumes);
   }
 
   private waitReady(id: string, inst: Instance): Promise<void> {
@@ -295,6 +300,7 @@ export class SandboxManager {
         const from = input.fromSnapshot;
         const endpoint = this.endpointOf(id, inst);
         await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
+        if (inst.guestVolumes) await this.mountGuestVolumes({ endpoint, token: rec.envdAccessToken }, inst.guestVolumes);
         await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
         if (egress?.rules) await this.trustEgressCa({ endpoint, token: rec.envdAccessToken });
         // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
@@ -467,6 +473,8 @@ export class SandboxManager {
       const endpoint = this.endpointOf(rec.id, inst);
       endpoint.afterResume();
       await initResumed(this.o.envd, rec, endpoint, inst, this.o.readyTimeoutMs);
+      // A start again from disk is a fresh boot: its VM mounts its volumes again.
+      if (fromDisk && inst.guestVolumes) await this.mountGuestVolumes({ endpoint, token: rec.envdAccessToken }, inst.guestVolumes);
     } catch (err) {
       // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
       if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);

@@ -62,6 +62,12 @@ export interface InstanceStats {
  * `OK <n>\n`, then bytes), for every runtime: the process runtime serves it
  * itself, QEMU through vhost-device-vsock, Firecracker through its vsock UDS.
  */
+/** A volume the guest mounts itself once envd is up (a VM's virtio-fs tag and its path inside). */
+export interface GuestVolume {
+  tag: string;
+  path: string;
+}
+
 export interface Instance {
   readonly sandboxId: string;
   readonly socketPath: string;
@@ -81,6 +87,8 @@ export interface Instance {
   readonly pauseConnections?: PausePolicy;
   /** Set on an instance restored from another sandbox's memory snapshot whose guest must be renamed and re-addressed. */
   readonly restoredGuest?: GuestIdentity;
+  /** Volumes the manager mounts inside through envd (as root) before the sandbox is handed out (qemu's virtio-fs). */
+  readonly guestVolumes?: GuestVolume[];
   /** Restored from a checkpoint taken after InstanceSpec.warmUp ran: the template's start command already runs. */
   readonly warmedUp?: boolean;
   /** How long envd may take to answer after create() (a VM under emulation boots slowly); default 30 s. */

@@ -6,6 +6,7 @@ import { HOST_DIR, hostPidsMax, ociSpec } from "../../control-plane/runtimes/gvi
 import { effectivePolicy } from "../../control-plane/runtimes/gvisor/instance.js";
 import { isRunscProcess, keptExecutableOf } from "../../control-plane/runtimes/gvisor/oom-ranks.js";
 import { gvisorLayout } from "../../control-plane/runtimes/gvisor/rootfs.js";
+import { bundleVolumes } from "../../control-plane/runtimes/gvisor/volume-binds.js";
 import { netnsName } from "../../control-plane/runtimes/net/netns.js";
 
 const base = {
@@ -39,6 +40,23 @@ describe("gvisor OCI spec", () => {
     expect(spec.mounts.find((m) => m.destination === "/dev/shm")?.options).toContain(`size=${256 << 20}`);
     expect(spec.mounts.find((m) => m.destination === "/run")?.options).toContain(`size=${64 << 20}`);
     expect(spec.mounts.find((m) => m.destination === "/sys/fs/cgroup")?.type).toBe("cgroup");
+  });
+
+  it("binds each volume's id-mapped source (under the sandbox's dir) at its path, nodev and nosuid", () => {
+    const volumes = bundleVolumes("/data/sandboxes/abc", [
+      { hostPath: "/data/volumes/vol_a/files", path: "/mnt/a" },
+      { hostPath: "/data/volumes/vol_b/files", path: "/srv/b" },
+    ]);
+    expect(volumes).toEqual([
+      { source: "/data/sandboxes/abc/volumes/0", destination: "/mnt/a" },
+      { source: "/data/sandboxes/abc/volumes/1", destination: "/srv/b" },
+    ]);
+    const spec = ociSpec({ ...base, volumes }) as { mounts: { destination: string; source: string; type: string; options?: string[] }[] };
+    expect(spec.mounts.slice(-2)).toEqual([
+      { destination: "/mnt/a", type: "bind", source: "/data/sandboxes/abc/volumes/0", options: ["bind", "rw", "nodev", "nosuid"] },
+      { destination: "/srv/b", type: "bind", source: "/data/sandboxes/abc/volumes/1", options: ["bind", "rw", "nodev", "nosuid"] },
+    ]);
+    expect((ociSpec(base) as { mounts: unknown[] }).mounts).toHaveLength(spec.mounts.length - 2);
   });
 
   it("joins the named network namespace when it has one, else gets a new one (loopback only)", () => {

@@ -3,6 +3,7 @@
 // test/vm/qemu-sdk.test.ts.)
 import { describe, expect, it } from "vitest";
 import { kernelCmdline, qemuArgs, vhostVsockArgs, vmLayout } from "../../control-plane/runtimes/qemu/command.js";
+import { guestVolumes, virtiofsQemuArgs } from "../../control-plane/runtimes/qemu/virtiofs.js";
 
 const layout = vmLayout("/data/sandboxes/abc");
 const spec = { sandboxId: "abc", kernel: "/k/vmlinux", layout, cpuCount: 2, memoryMB: 512, accel: "tcg" as const, tscKHz: 2_100_000 };
@@ -48,6 +49,19 @@ describe("qemu command", () => {
     expect(option(args, "-device")).toContain("virtio-net-device,netdev=net0,mac=06:00:01:02:03:04");
     expect(kernelCmdline({ ...spec, network: tap })).toMatch(/ ip=10\.201\.0\.6::10\.201\.0\.5:255\.255\.255\.252::eth0:off:10\.255\.255\.53 /);
     expect(option(qemuArgs({ ...spec, network: false }), "-netdev")).toEqual([]);
+  });
+
+  it("volumes: one vhost-user-fs device per volume on its virtiofsd's socket, mounted by tag at its path", () => {
+    const args = qemuArgs({ ...spec, extraArgs: virtiofsQemuArgs(layout.dir, 2) }).join(" ");
+    expect(args).toContain("-chardev socket,id=vfs0,path=/data/sandboxes/abc/virtiofs-0.sock -device vhost-user-fs-device,chardev=vfs0,tag=l2bvol0");
+    expect(args).toContain("-chardev socket,id=vfs1,path=/data/sandboxes/abc/virtiofs-1.sock -device vhost-user-fs-device,chardev=vfs1,tag=l2bvol1");
+    expect(args).toContain("memory-backend-memfd,id=mem,size=512M,share=on");
+    expect(args).toContain("-global virtio-mmio.force-legacy=false");
+    expect(qemuArgs(spec).join(" ")).not.toContain("vhost-user-fs");
+    expect(guestVolumes([{ path: "/mnt/a" }, { path: "/srv/b" }])).toEqual([
+      { tag: "l2bvol0", path: "/mnt/a" },
+      { tag: "l2bvol1", path: "/srv/b" },
+    ]);
   });
 
   it("runs one vhost-device-vsock per VM whose socket speaks the hybrid-vsock handshake", () => {

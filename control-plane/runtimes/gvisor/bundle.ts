@@ -5,6 +5,7 @@
 // namespace runsc attaches its netstack to.
 import { GUEST } from "../../images/layout.js";
 import { setting } from "../../settings.js";
+import type { BundleVolume } from "./volume-binds.js";
 
 /** Where the sandbox sees its host directory (envd's hybrid-vsock socket is created there). */
 export const HOST_DIR = "/run/locale2b-host";
@@ -75,6 +76,8 @@ export interface BundleSpec {
   envdLogLevel: string;
   /** The cgroup path runsc creates in every controller, relative to the control plane's own group. */
   cgroupsPath: string;
+  /** Volumes: id-mapped binds of their host mounts (volume-binds.ts), nodev and nosuid. */
+  volumes?: BundleVolume[];
 }
 
 export function ociSpec(s: BundleSpec): Record<string, unknown> {
@@ -102,6 +105,7 @@ export function ociSpec(s: BundleSpec): Record<string, unknown> {
       { destination: "/sys/fs/cgroup", type: "cgroup", source: "cgroup", options: ["nosuid", "noexec", "nodev", "ro"] },
       { destination: "/run", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "mode=755", `size=${RUN_BYTES}`] },
       { destination: HOST_DIR, type: "bind", source: s.hostDir, options: ["rbind", "rw"] },
+      ...(s.volumes ?? []).map((v) => ({ destination: v.destination, type: "bind", source: v.source, options: ["bind", "rw", "nodev", "nosuid"] })),
     ],
     linux: {
       cgroupsPath: s.cgroupsPath,

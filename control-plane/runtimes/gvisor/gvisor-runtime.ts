@@ -21,6 +21,8 @@ import { WarmImages, warmKey } from "./warm-image.js";
 import { gvisorLayout, mountRoot, quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk } from "./rootfs.js";
 import { findRunsc, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
 import { setting } from "../../settings.js";
+import { sandboxIdRange } from "../process/id-map.js";
+import { bindVolumes, bundleVolumes, unbindVolumes } from "./volume-binds.js";
 
 export interface GvisorRuntimeOptions {
   /** Where built templates are (default imagesDir()). */
@@ -80,12 +82,16 @@ export class GvisorRuntime implements Runtime {
   }
 
   /**
-   * Not yet: a bind mount of the volume in the OCI bundle would do, but runsc's
-   * gofer shows host ids unshifted, while a volume's files belong to the process
-   * runtime's shifted ids (user = base + 1000): it needs an id-mapped bind mount.
+   * Volumes are id-mapped binds in the OCI bundle (volume-binds.ts): they need
+   * the process runtime's id range (a volume's files belong to its ids).
    */
   async volumesUnsupported(): Promise<string | undefined> {
-    return "the gvisor runtime does not mount volumes yet (it needs an id-mapped bind mount in the OCI bundle): use the process runtime";
+    try {
+      sandboxIdRange();
+      return undefined;
+    } catch (err) {
+      return `volumes need the sandboxes' id range: ${(err as Error).message}`;
+    }
   }
 
   private images(): string {
@@ -112,6 +118,8 @@ export class GvisorRuntime implements Runtime {
     const disk = snapshotDisk(from.dir);
     if (!existsSync(disk)) throw new SnapshotUnusableError(`the snapshot's disk image is missing (${disk})`);
     const checkpoint = from.kind === "memory" ? snapshotCheckpoint(from.dir) : undefined;
+    // Its checkpoint was taken without volumes (snapshotKinds): runsc restores only into the mounts it was saved with.
+    if (checkpoint && spec.volumes?.length) throw new SnapshotUnusableError("a sandbox from a memory snapshot cannot mount volumes on gvisor (its checkpoint has no such mounts): mount them in a sandbox from a template, or from a filesystem snapshot");
     if (checkpoint && !existsSync(checkpoint)) throw new SnapshotUnusableError(`the snapshot's checkpoint image is missing (${checkpoint})`);
     return this.start(spec, this.image(spec, from.dir), { disk, checkpoint });
   }
@@ -123,7 +131,8 @@ export class GvisorRuntime implements Runtime {
    */
   async create(spec: InstanceSpec): Promise<GvisorInstance> {
     const image = this.image(spec);
-    if (setting("LOCALE2B_GVISOR_WARM_START") === "0") return this.start(spec, image);
+    // A warm-start image was checkpointed without volumes: a restore needs the bundle's mounts it was saved with.
+    if (setting("LOCALE2B_GVISOR_WARM_START") === "0" || spec.volumes?.length) return this.start(spec, image);
     const root = WarmImages.root(spec.dir);
     const key = warmKey(spec, basename(image.dir));
     const warm = this.warm.ready(root, key);
@@ -153,6 +162,7 @@ export class GvisorRuntime implements Runtime {
     // Every sandbox gets a veth where the host allows, even without internet access (then its rules
     // drop everything): its network can be opened later by updateNetwork, which runsc cannot add.
     const netns = noVeth ? undefined : netnsName(spec.sandboxId);
+    const volumes = (spec.volumes ?? []).map((v) => ({ hostPath: v.hostPath, path: v.path }));
     let net: NetRecord | undefined;
     let started = false;
     try {
@@ -174,6 +184,7 @@ export class GvisorRuntime implements Runtime {
         pidsMax,
         envdLogLevel: this.logLevel(),
         cgroupsPath: `${CGROUP_FOLDER}/${spec.sandboxId}`,
+        volumes: bundleVolumes(layout.dir, volumes),
       });
       writeFileSync(layout.config, JSON.stringify(config, null, 2));
       rmSync(layout.socket, { force: true });
@@ -183,8 +194,13 @@ export class GvisorRuntime implements Runtime {
       // sandbox's kernel remembers it, and finding it missing breaks that mount (EIO): put it back.
       if (from?.checkpoint) writeFileSync(quiescedAck(layout), "", { flag: "wx" });
       const how = { bundle: layout.bundle, network: netns ? ("sandbox" as const) : ("none" as const), logFile: layout.log };
-      if (from?.checkpoint) await runsc.restore({ ...how, imagePath: from.checkpoint });
-      else await runsc.run(how);
+      await bindVolumes(this.images(), layout.dir, volumes);
+      try {
+        if (from?.checkpoint) await runsc.restore({ ...how, imagePath: from.checkpoint });
+        else await runsc.run(how);
+      } finally {
+        await unbindVolumes(layout.dir);
+      }
       const state = await runsc.state();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
       // A restored sandbox's kernel has its limit from the checkpoint; a booted one gets it now (the host's is looser: bundle.ts).
@@ -206,6 +222,8 @@ export class GvisorRuntime implements Runtime {
         net,
         policy: spec.egress,
         restored: !!from?.checkpoint,
+        volumes,
+        imagesDir: this.images(),
         log: spec.log,
       });
       if (from?.checkpoint) {
@@ -247,6 +265,8 @@ export class GvisorRuntime implements Runtime {
       await removeSandboxDir(layout).catch((err: unknown) => log.warn({ err }, "cannot remove a dead sandbox's files"));
       return undefined;
     }
+    // A server that died while runsc started it left the volumes' id-mapped binds on the host: the sandbox has its own.
+    await unbindVolumes(layout.dir).catch((err: unknown) => log.warn({ err }, "cannot unmount a volume's leftover id-mapped bind"));
     const policy = isPolicy(p.policy) ? p.policy : undefined;
     const allowInternetAccess = p.allowInternetAccess !== false;
     // The host's rules may be from another server version (rewritten at first use): put the sandbox's back.
@@ -266,6 +286,8 @@ export class GvisorRuntime implements Runtime {
       policy,
       checkpointed,
       restored: p.restored === true,
+      volumes: Array.isArray(p.volumes) ? p.volumes.filter((v) => typeof v?.hostPath === "string" && typeof v.path === "string") : [],
+      imagesDir: this.images(),
       log,
     });
     if (!checkpointed) adopted.vsockReady(); // a sandbox started before its socket was moved out of reach: move it now

@@ -20,6 +20,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { accepts } from "../../host/unix-socket.js";
 import { copyDir, lstatOrUndefined, socketAt, syncFs } from "./host-ops.js";
 import { OomRanks } from "./oom-ranks.js";
+import { bindVolumes, unbindVolumes, type GvisorVolume } from "./volume-binds.js";
 
 /** How often the sandbox's sentry process is checked for life. */
 const WATCH_INTERVAL_MS = 500;
@@ -44,6 +45,8 @@ export interface PersistedGvisorInstance {
   checkpointed?: true;
   /** Started by a restore (a warm-start image or a memory snapshot), not booted. */
   restored?: true;
+  /** Its volumes (host mount, path inside): bound again for a restore after a pause. */
+  volumes?: GvisorVolume[];
 }
 
 export interface GvisorInstanceInit {
@@ -61,6 +64,9 @@ export interface GvisorInstanceInit {
   policy?: EgressPolicy;
   checkpointed?: boolean;
   restored?: boolean;
+  volumes?: GvisorVolume[];
+  /** Where the volume helper is compiled (the runtime's images dir). */
+  imagesDir: string;
   log: Logger;
 }
 
@@ -182,6 +188,7 @@ export class GvisorInstance implements Instance {
       ...(this.policy ? { policy: this.policy } : {}),
       ...(this.checkpointed ? { checkpointed: true as const } : {}),
       ...(this.o.restored ? { restored: true as const } : {}),
+      ...(this.o.volumes?.length ? { volumes: this.o.volumes } : {}),
     };
     return { ...p };
   }
@@ -287,7 +294,12 @@ export class GvisorInstance implements Instance {
       rmSync(layout.dialSocket, { force: true });
       await this.deleting;
       await runsc.destroy(); // what a pause cut short may have left
-      await runsc.restore({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log, imagePath: layout.checkpoint });
+      await bindVolumes(this.o.imagesDir, layout.dir, this.o.volumes ?? []);
+      try {
+        await runsc.restore({ bundle: layout.bundle, network: netns ? "sandbox" : "none", logFile: layout.log, imagePath: layout.checkpoint });
+      } finally {
+        await unbindVolumes(layout.dir);
+      }
       const state = await runsc.state();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after its restore (${state?.status ?? "unknown to runsc"})`);
       this.pid_ = state.pid;
@@ -309,9 +321,15 @@ export class GvisorInstance implements Instance {
     }
   }
 
-  /** What this sandbox can be snapshotted as: its disk alone, or with its memory (processes go on). */
+  /**
+   * What this sandbox can be snapshotted as: its disk alone, or with its
+   * memory (processes go on). Not memory with volumes: its checkpoint holds
+   * their mounts, and a sandbox restored from it in another bundle (its own
+   * volumeMounts, or none) would not have them (a pause restores into the
+   * same bundle, so it works).
+   */
   snapshotKinds(): SnapshotKind[] {
-    return ["memory", "filesystem"];
+    return this.o.volumes?.length ? ["filesystem"] : ["memory", "filesystem"];
   }
 
   /**

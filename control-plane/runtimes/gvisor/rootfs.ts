@@ -16,6 +16,7 @@ import { findExecutable } from "../../host/executables.js";
 import { copyImage } from "../process/disk-snapshot.js";
 import { createDisk } from "../process/sandbox-root.js";
 import { SOCKET_NAME } from "./bundle.js";
+import { unbindVolumes } from "./volume-binds.js";
 
 const exec = promisify(execFile);
 
@@ -130,5 +131,6 @@ export async function unmountRoot(l: GvisorLayout): Promise<void> {
 /** Removes the sandbox's directory, never crossing into a file system still mounted below it. */
 export async function removeSandboxDir(l: GvisorLayout): Promise<void> {
   await unmountRoot(l);
+  await unbindVolumes(l.dir); // a start cut short may have left a volume's id-mapped bind
   await sh("rm", ["-rf", "--one-file-system", "--", l.dir]);
 }

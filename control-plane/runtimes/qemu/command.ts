@@ -46,6 +46,8 @@ export interface VmSpec {
    * false: no NIC at all.
    */
   network?: boolean | TapNetwork;
+  /** More devices (volumes: virtiofs.ts). */
+  extraArgs?: string[];
 }
 
 /** A VM's tap device and its /30 (host side `gateway`, the guest configured by the kernel's `ip=`). */
@@ -125,6 +127,7 @@ export function qemuArgs(spec: VmSpec, now = Date.now()): string[] {
     ...(spec.network && spec.network !== true
       ? ["-netdev", `tap,id=net0,ifname=${spec.network.tap},script=no,downscript=no`, "-device", `virtio-net-device,netdev=net0,mac=${spec.network.mac}`]
       : []),
+    ...(spec.extraArgs ?? []),
   ];
 }
 

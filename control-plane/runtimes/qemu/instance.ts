@@ -5,7 +5,7 @@ import { releaseImage } from "../../images/image-refs.js";
 import { tailLines } from "../../host/log-tail.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
 import { DeathWatch } from "../death-watch.js";
-import type { Instance, InstanceStats } from "../runtime.js";
+import type { GuestVolume, Instance, InstanceStats } from "../runtime.js";
 import type { SnapshotKind } from "../../domain/snapshot.js";
 import { backupDisk } from "./disk-snapshot.js";
 import { isRunning, procStat, procTasks, waitFor } from "../process/procfs.js";
@@ -44,6 +44,9 @@ export type PersistedQemuInstance = {
   bootMs?: number;
   /** The VM's tap device, when it was created with an egress policy. */
   tap?: TapRecord;
+  /** One virtiofsd per volume (virtiofs.ts), and the guest's mounts of them. */
+  virtiofsd?: VmProcess[];
+  guestVolumes?: GuestVolume[];
 };
 
 export interface QemuInstanceInit {
@@ -59,6 +62,8 @@ export interface QemuInstanceInit {
   /** Set when we spawned them (not after a restart): their exit events are immediate. */
   children?: { qemu: ChildProcess; vhost: ChildProcess };
   tap?: TapRecord;
+  virtiofsd?: VmProcess[];
+  guestVolumes?: GuestVolume[];
 }
 
 /**
@@ -72,6 +77,7 @@ export class QemuInstance implements Instance {
   readonly socketPath: string;
   readonly pauseConnections = "quiet";
   readonly readyTimeoutMs: number;
+  readonly guestVolumes: GuestVolume[] | undefined;
   private readonly deaths: DeathWatch;
   private killed = false;
   private readonly cpu: CpuMeter;
@@ -83,6 +89,7 @@ export class QemuInstance implements Instance {
   constructor(private readonly o: QemuInstanceInit) {
     this.sandboxId = o.sandboxId;
     this.socketPath = o.layout.vsock;
+    this.guestVolumes = o.guestVolumes?.length ? o.guestVolumes : undefined;
     this.vsockUp = new ConsoleWatch(o.layout.console, VSOCK_UP_LINE);
     // Under emulation a guest boots in seconds, slower with several busy sandboxes on 2 cores.
     this.readyTimeoutMs = o.accel === "tcg" ? 180_000 : 30_000;
@@ -91,6 +98,7 @@ export class QemuInstance implements Instance {
     this.deaths = new DeathWatch(WATCH_INTERVAL_MS, () => {
       if (!isRunning(o.qemu.pid, o.qemu.startTime)) this.died("QEMU exited");
       else if (!isRunning(o.vhost.pid, o.vhost.startTime)) this.died("vhost-device-vsock exited");
+      else if (o.virtiofsd?.some((v) => !isRunning(v.pid, v.startTime))) this.died("a virtiofsd serving one of its volumes exited");
       else if (this.vringWorkerGone()) this.died("vhost-device-vsock's vring worker exited: the VM's vsock is gone for good");
     });
     this.cpu = new CpuMeter(o.cpuCount, this.cpuNs());
@@ -98,7 +106,18 @@ export class QemuInstance implements Instance {
 
   get persisted(): PersistedQemuInstance {
     const o = this.o;
-    return { v: 1, qemu: o.qemu, vhost: o.vhost, cpuCount: o.cpuCount, memoryMB: o.memoryMB, accel: o.accel, bootMs: this.bootMs, ...(o.tap ? { tap: o.tap } : {}) };
+    return {
+      v: 1,
+      qemu: o.qemu,
+      vhost: o.vhost,
+      cpuCount: o.cpuCount,
+      memoryMB: o.memoryMB,
+      accel: o.accel,
+      bootMs: this.bootMs,
+      ...(o.tap ? { tap: o.tap } : {}),
+      ...(o.virtiofsd?.length ? { virtiofsd: o.virtiofsd } : {}),
+      ...(this.guestVolumes ? { guestVolumes: this.guestVolumes } : {}),
+    };
   }
 
   async pause(): Promise<void> {
@@ -130,7 +149,7 @@ export class QemuInstance implements Instance {
     this.killed = true;
     this.deaths.stop();
     this.killProcesses();
-    await waitFor(() => !isRunning(this.o.qemu.pid, this.o.qemu.startTime) && !isRunning(this.o.vhost.pid, this.o.vhost.startTime), 5_000, 10);
+    await waitFor(() => [this.o.qemu, this.o.vhost, ...(this.o.virtiofsd ?? [])].every((p) => !isRunning(p.pid, p.startTime)), 5_000, 10);
     const l = this.o.layout;
     for (const p of [l.disk, l.vhostUser, l.vsock, l.qmp]) rmSync(p, { force: true });
     releaseImage(l.dir); // its disk, the overlay on the build's image, is gone
@@ -243,7 +262,7 @@ export class QemuInstance implements Instance {
   /** SIGKILLs QEMU and vhost-device-vsock (those still running and still ours). */
   private killProcesses(): void {
     this.o.qmp.close();
-    for (const p of [this.o.qemu, this.o.vhost]) {
+    for (const p of [this.o.qemu, this.o.vhost, ...(this.o.virtiofsd ?? [])]) {
       if (!isRunning(p.pid, p.startTime)) continue;
       try {
         process.kill(p.pid, "SIGKILL");

@@ -19,6 +19,8 @@ import { releaseDevice, releaseSandboxDevice } from "../net/nft.js";
 import { Qmp } from "./qmp.js";
 import { RuntimeUnavailableError, SnapshotUnusableError } from "../errors.js";
 import { setting } from "../../settings.js";
+import { sandboxIdRange } from "../process/id-map.js";
+import { findVirtiofsd, guestVolumes, virtiofsdCommand, virtiofsQemuArgs, virtiofsSocket } from "./virtiofs.js";
 
 export { RuntimeUnavailableError } from "../errors.js";
 
@@ -88,13 +90,15 @@ export class QemuRuntime implements Runtime {
     return tapUnsupported();
   }
 
-  /**
-   * Not yet: a VM needs the volume shared by virtio-fs (virtiofsd on the host's
-   * mount, mounted by the guest init), since an ext4 image cannot be attached to
-   * several VMs, or mounted by a VM and the host, at once.
-   */
+  /** Volumes are virtio-fs (./virtiofs.ts): they need virtiofsd and the sandboxes' id range. */
   async volumesUnsupported(): Promise<string | undefined> {
-    return "the qemu runtime does not mount volumes yet (a volume shared with VMs needs virtio-fs: virtiofsd and a guest mount): use the process runtime";
+    if (!findVirtiofsd()) return "the qemu runtime serves volumes with virtiofsd, which is not installed (package qemu-system-common, or set LOCALE2B_VIRTIOFSD)";
+    try {
+      sandboxIdRange();
+      return undefined;
+    } catch (err) {
+      return `volumes need the sandboxes' id range: ${(err as Error).message}`;
+    }
   }
 
   async check(): Promise<string[]> {
@@ -156,6 +160,19 @@ export class QemuRuntime implements Runtime {
       if (!(await waitFor(() => existsSync(layout.vhostUser), 5_000, 2))) {
         throw new Error(`vhost-device-vsock did not create ${layout.vhostUser} within 5 s (see ${layout.vmmLog})`);
       }
+      const volumes = spec.volumes ?? [];
+      const virtiofsd: VmProcess[] = [];
+      for (const [i, v] of volumes.entries()) {
+        const cmd = await virtiofsdCommand(this.images(), findVirtiofsd() ?? "virtiofsd", layout.dir, i, v.hostPath);
+        rmSync(virtiofsSocket(layout.dir, i), { force: true });
+        const child = this.spawnDetached(cmd.file, cmd.args, layout, spec.log);
+        started.push(child);
+        virtiofsd.push(await this.started(child, `virtiofsd (volume '${v.name}')`));
+        note({ virtiofsd });
+        if (!(await waitFor(() => existsSync(virtiofsSocket(layout.dir, i)) || child.exitCode !== null, 10_000, 5)) || child.exitCode !== null) {
+          throw new Error(`virtiofsd for volume '${v.name}' did not start (see ${layout.vmmLog})`);
+        }
+      }
       const args = qemuArgs({
         sandboxId: spec.sandboxId,
         kernel: t.kernel,
@@ -166,6 +183,7 @@ export class QemuRuntime implements Runtime {
         tscKHz: hostTscKHz(),
         envdLogLevel: this.opts.envdLogLevel ?? setting("LOCALE2B_ENVD_LOG_LEVEL"),
         network: tapped?.network ?? spec.allowInternetAccess,
+        extraArgs: virtiofsQemuArgs(layout.dir, volumes.length),
       });
       const qemuChild = this.spawnDetached(t.qemu, args, layout, spec.log);
       started.push(qemuChild);
@@ -190,6 +208,8 @@ export class QemuRuntime implements Runtime {
         log: spec.log,
         children: { qemu: qemuChild, vhost: vhostChild },
         tap: tapped?.tap,
+        virtiofsd,
+        guestVolumes: guestVolumes(volumes),
       });
     } catch (err) {
       for (const c of started) c.kill("SIGKILL");
@@ -206,9 +226,10 @@ export class QemuRuntime implements Runtime {
       await stopCutShort(sandboxId, layout, log);
       return undefined;
     }
-    const alive = isRunning(p.qemu.pid, p.qemu.startTime) && isRunning(p.vhost.pid, p.vhost.startTime);
+    const virtiofsd = Array.isArray(p.virtiofsd) ? p.virtiofsd : [];
+    const alive = [p.qemu, p.vhost, ...virtiofsd].every((proc) => isRunning(proc.pid, proc.startTime));
     if (!alive) {
-      for (const proc of [p.qemu, p.vhost]) {
+      for (const proc of [p.qemu, p.vhost, ...virtiofsd]) {
         if (isRunning(proc.pid, proc.startTime)) process.kill(proc.pid, "SIGKILL");
       }
       if (p.tap) await releaseDevice(p.tap.name, sandboxId);
@@ -226,6 +247,8 @@ export class QemuRuntime implements Runtime {
       accel: p.accel === "kvm" ? "kvm" : "tcg",
       log,
       tap: p.tap,
+      virtiofsd,
+      ...(Array.isArray(p.guestVolumes) ? { guestVolumes: p.guestVolumes } : {}),
     });
     inst.bootMs = p.bootMs;
     return inst;
@@ -254,6 +277,7 @@ export class QemuRuntime implements Runtime {
 interface StartRecord {
   vhost?: VmProcess;
   qemu?: VmProcess;
+  virtiofsd?: VmProcess[];
 }
 
 function startRecordPath(layout: VmLayout): string {
@@ -271,7 +295,7 @@ async function stopCutShort(sandboxId: string, layout: VmLayout, log: Logger): P
   } catch {
     // nothing recorded yet (the server died before): at most a tap, which the id names
   }
-  for (const [what, proc] of [["QEMU", rec.qemu], ["vhost-device-vsock", rec.vhost]] as const) {
+  for (const [what, proc] of [["QEMU", rec.qemu], ["vhost-device-vsock", rec.vhost], ...(rec.virtiofsd ?? []).map((v) => ["virtiofsd", v] as const)] as const) {
     if (proc && Number.isInteger(proc.pid) && proc.pid > 1 && isRunning(proc.pid, proc.startTime)) {
       process.kill(proc.pid, "SIGKILL");
       log.info({ pid: proc.pid }, `stopped the ${what} of a create cut short by a restart`);
