@@ -8,7 +8,8 @@
 // calls) is never followed, so no request reaches outside the volume; the
 // volume being a file system of its own, hard links cannot either.
 import { constants, type Stats } from "node:fs";
-import { lstat, mkdir, open, readdir, readlink, rmdir, unlink, type FileHandle } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { lstat, mkdir, open, readdir, readlink, rename, rmdir, unlink, type FileHandle } from "node:fs/promises";
 import type { Readable } from "node:stream";
 import { ControlPlaneError } from "../domain/errors.js";
 
@@ -335,7 +336,13 @@ export class VolumeFs {
     return { size: st.size, stream: h.createReadStream({ autoClose: true }) };
   }
 
-  /** Writes `body` to a file (made with its missing parent directories, or overwritten). */
+  /**
+   * Writes `body` to a file (made with its missing parent directories, or
+   * replaced). The bytes go to a new file beside it, renamed over the name
+   * once all are written: a write that fails (the volume full, the client
+   * gone) leaves nothing behind and the old file as it was, and a sandbox
+   * reading the file meanwhile sees the old one or the new one, never half.
+   */
   async write(path: string | null, body: Readable, attrs: EntryAttrs): Promise<VolumeEntry> {
     const parts = pathParts(path);
     if (parts.length === 0) throw invalid("path '/' is the volume's root directory: writeFile needs a file path");
@@ -344,32 +351,28 @@ export class VolumeFs {
     this.hostId(attrs.gid, "gid");
     const dir = await this.makeDirs(parts.slice(0, -1), {});
     const name = parts[parts.length - 1]!;
+    const temp = `.locale2b-write-${randomBytes(8).toString("hex")}`;
+    let made = false;
     try {
+      const old = await this.existingFile(dir, name, parts);
       let h: FileHandle;
-      let created = true;
       try {
-        h = await open(at(dir, name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, 0o644);
+        h = await open(at(dir, temp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, 0o644);
+        made = true;
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw this.fail(err, parts, "writing");
-        created = false;
-        h = await open(at(dir, name), O_WRONLY | O_NOFOLLOW | O_NONBLOCK).catch((e: unknown) => {
-          throw this.fail(e, parts, "writing");
-        });
+        throw this.fail(err, parts, "writing");
       }
       try {
-        const st = await h.stat();
-        if (!st.isFile()) throw invalid(`${display(parts)} is ${st.isDirectory() ? "a directory" : "not a regular file"}: writeFile needs a file path`);
-        if (created || attrs.uid !== undefined || attrs.gid !== undefined || attrs.mode !== undefined) {
-          await this.own(h, created ? attrs : { uid: attrs.uid ?? this.sandboxId(st.uid), gid: attrs.gid ?? this.sandboxId(st.gid), mode: attrs.mode ?? st.mode & 0o7777 }, 0o644);
-        }
-        await h.truncate(0);
-        let at = 0;
+        // A new file gets what was asked (or user's defaults); a replaced one keeps its owner and mode unless asked
+        // (less setuid and setgid, as a write by anyone but root clears them).
+        await this.own(h, old ? { uid: attrs.uid ?? this.sandboxId(old.uid), gid: attrs.gid ?? this.sandboxId(old.gid), mode: attrs.mode ?? old.mode & 0o1777 } : attrs, 0o644);
+        let offset = 0;
         for await (const chunk of body) {
           const buf = chunk as Buffer;
           for (let off = 0; off < buf.length; ) {
-            const { bytesWritten } = await h.write(buf, off, buf.length - off, at);
+            const { bytesWritten } = await h.write(buf, off, buf.length - off, offset);
             off += bytesWritten;
-            at += bytesWritten;
+            offset += bytesWritten;
           }
         }
         await h.datasync().catch(() => undefined);
@@ -378,9 +381,32 @@ export class VolumeFs {
       } finally {
         await h.close();
       }
+      await rename(at(dir, temp), at(dir, name)).catch((err: unknown) => {
+        throw this.fail(err, parts, "writing");
+      });
+      made = false;
       return await this.entryAt(dir, parts);
     } finally {
+      if (made) await unlink(at(dir, temp)).catch(() => undefined);
       await dir.close();
+    }
+  }
+
+  /** The regular file a write replaces (its owner and mode), undefined when there is none; refused when the name is something else. */
+  private async existingFile(dir: FileHandle, name: string, parts: string[]): Promise<{ uid: number; gid: number; mode: number } | undefined> {
+    let h: FileHandle;
+    try {
+      h = await open(at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+      throw this.fail(err, parts, "writing");
+    }
+    try {
+      const st = await h.stat();
+      if (!st.isFile()) throw invalid(`${display(parts)} is ${st.isDirectory() ? "a directory" : "not a regular file"}: writeFile needs a file path`);
+      return { uid: st.uid, gid: st.gid, mode: st.mode };
+    } finally {
+      await h.close();
     }
   }
 

@@ -226,7 +226,17 @@ describe.skipIf(!isRoot)("volumes (process runtime, e2b JS SDK)", { timeout: 180
     });
     expect(put.status).toBe(507);
     expect(((await put.json()) as { message: string }).message).toMatch(/volume 'small' is full/);
-    await sh(sbx, "rm /small/big");
+    // Nothing half-written is left: no '/more', no temporary file; a file the failed write would have replaced is intact.
+    await sh(sbx, "rm /small/big; echo 'the old content' > /small/keep && dd if=/dev/zero of=/small/filler bs=1M count=26 2>/dev/null; true");
+    const over = await fetch(`${cp.url}/volumecontent/${vol.volumeId}/file?path=/keep`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${vol.token}`, "content-type": "application/octet-stream" },
+      body: Buffer.alloc(8 * 1024 * 1024, 1),
+    });
+    expect(over.status).toBe(507);
+    expect((await sh(sbx, "cat /small/keep; ls -a /small")).stdout).toBe("the old content\n.\n..\nfiller\nkeep\n");
+    expect(await vol.exists("/more")).toBe(false);
+    await sh(sbx, "rm /small/filler");
     await vol.writeFile("/more", "fits again");
   });
 
