@@ -1,35 +1,31 @@
-import { mkdirSync, rmSync } from "node:fs";
-import { closeEgressProxies } from "../runtimes/net/egress-proxy/proxies.js";
+import { rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { GuestVolume, Instance, InstanceSpec, Runtime } from "../runtimes/runtime.js";
-import type { EnvdTarget } from "../transport/envd-rpc.js";
-import { createHash } from "node:crypto";
-import { RuntimeSet } from "../runtimes/runtime-set.js";
-import { WarmPool, type WarmSandbox, type WarmShape } from "./warm-pool.js";
-import { WarmPools } from "./warm-pools.js";
-import type { SandboxBoot } from "../domain/template.js";
-import { removeLeftovers } from "./leftovers.js";
-import type { ManagerLimits, ManagerOptions } from "./options.js";
-import { LifecycleBus } from "./events.js";
-import { deriveToken, newSandboxId } from "./ids.js";
-import { SnapshotUnusableError } from "../runtimes/errors.js";
-import type { EgressRules } from "../domain/network.js";
-import { applyNetworkUpdate, egressFor, networkAfterUpdate } from "./egress.js";
-import { volumeLease } from "./volumes.js";
-import type { VolumeBinding } from "../domain/volume.js";
-import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
-import { adoptRecord } from "./adopt.js";
-import { initResumed, waitForEnvd } from "./envd-ready.js";
-import { InstanceTable } from "./instances.js";
-import { checkCapacity, checkTimeout, newRecord, pushInit } from "./records.js";
-import { KeyedLock } from "./locks.js";
-import { Timeouts } from "./timeouts.js";
-import { SandboxTable } from "./sandbox-table.js";
-import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { ControlPlaneError } from "../domain/errors.js";
+import type { EgressRules } from "../domain/network.js";
 import { byStart, type CreateSandboxInput, type LifecycleEventType, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
+import type { SandboxBoot } from "../domain/template.js";
+import { closeEgressProxies } from "../runtimes/net/egress-proxy/proxies.js";
+import type { GuestVolume, Instance } from "../runtimes/runtime.js";
+import { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Endpoint } from "../transport/endpoint.js";
+import type { EnvdTarget } from "../transport/envd-rpc.js";
+import { adoptRecord } from "./adopt.js";
+import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
+import { SandboxCreates } from "./create.js";
+import { applyNetworkUpdate, networkAfterUpdate } from "./egress.js";
+import { initResumed, waitForEnvd } from "./envd-ready.js";
+import { LifecycleBus } from "./events.js";
+import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
+import { InstanceTable } from "./instances.js";
+import { removeLeftovers } from "./leftovers.js";
+import { KeyedLock } from "./locks.js";
+import type { ManagerLimits, ManagerOptions } from "./options.js";
+import { checkTimeout, pushInit } from "./records.js";
+import { SandboxTable } from "./sandbox-table.js";
+import { Timeouts } from "./timeouts.js";
+import { WarmPool, type WarmShape } from "./warm-pool.js";
+import { WarmPools } from "./warm-pools.js";
 
 export type { ManagerLimits, ManagerOptions } from "./options.js";
 
@@ -51,6 +47,7 @@ export class SandboxManager {
   private readonly table: SandboxTable;
   private closed = false;
   private readonly fs: FsPauseDeps;
+  private readonly creates: SandboxCreates;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -64,6 +61,22 @@ export class SandboxManager {
       perTemplate: o.templateWarmPool ?? 0,
       make: (shape, boot, size) => this.warmPool(shape, boot, size),
       log: o.log.child({ component: "warm-pool" }),
+    });
+    this.creates = new SandboxCreates({
+      o,
+      table: this.table,
+      warm: this.warm,
+      admission: this.admission,
+      runtimes: this.runtimes,
+      locks: this.locks,
+      dir: (id) => this.dir(id),
+      waitReady: (id, inst) => this.waitReady(id, inst),
+      endpointOf: (id, inst) => this.endpointOf(id, inst),
+      durable: (op) => this.durable(op),
+      mountGuestVolumes: (target, volumes) => this.mountGuestVolumes(target, volumes),
+      trustEgressCa: (target) => this.trustEgressCa(target),
+      track: (id, inst, runtime) => this.track(id, inst, runtime),
+      emit: (type, sandbox) => this.emit(type, sandbox),
     });
   }
 
@@ -209,157 +222,9 @@ export class SandboxManager {
     this.emit("killed", dead);
   }
 
-  async create(input: CreateSandboxInput): Promise<SandboxRecord> {
-    const template = input.boot ? { templateId: input.templateId, boot: input.boot } : await this.o.templates.resolve(input.templateId);
-    if (!template) {
-      const pending = this.o.templates.pending?.(input.templateId);
-      if (pending) throw new ControlPlaneError("unavailable", pending);
-      throw new ControlPlaneError("not_found", `template '${input.templateId}' not found (available: ${(await this.o.templates.names()).join(", ")}; build one with the E2B Template SDK or 'locale2b template build <name>')`);
-    }
-    const image = template.boot.image;
-    const timeout = checkTimeout(input.timeout, this.o.limits.maxTimeoutSeconds);
-    if (this.o.ensureImage && !input.fromSnapshot) {
-      await this.o.ensureImage(image).catch((err: Error) => {
-        throw new ControlPlaneError("unavailable", `template '${input.templateId}' is not on this node and could not be copied here: ${err.message}`);
-      });
-    }
-    const from = input.fromSnapshot;
-    const runtime = await (from ? this.runtimes.byName(from.runtime) : this.runtimes.forTemplate(image)).catch((err: Error) => {
-      throw new ControlPlaneError("unavailable", `template '${input.templateId}' runs on a runtime this host cannot start: ${err.message}`);
-    });
-    const memoryMB = input.memoryMB ?? ("memoryMB" in template ? template.memoryMB : undefined) ?? this.o.defaults.memoryMB;
-    const cpuCount = input.cpuCount ?? ("cpuCount" in template ? template.cpuCount : undefined) ?? this.o.defaults.cpuCount;
-    const shape = { templateId: image, cpuCount, memoryMB, diskSizeMB: input.diskSizeMB ?? this.o.defaults.diskSizeMB };
-    input = { ...input, templateId: template.templateId, boot: template.boot, ...("alias" in template && template.alias ? { alias: template.alias } : {}) };
-    const egress = await egressFor(runtime, input.network, input.allowInternetAccess ?? true);
-    const lease = input.volumeMounts?.length ? await volumeLease(this.o.volumes, runtime, input.volumeMounts) : undefined;
-    if (!lease) return this.createOn(input, template, runtime, shape, timeout, egress, image, from);
-    try {
-      // A warm sandbox has no mounts: a create with volumes starts its own.
-      input = { ...input, volumeMounts: lease.bindings.map((b) => ({ name: b.name, path: b.path })) };
-      checkCapacity(this.table.list(), this.o.limits, memoryMB);
-      return await this.durable(this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress, lease.bindings)));
-    } finally {
-      lease.release();
-    }
-  }
-
-  /** A create without volumes: a warm sandbox when one fits, else a new one. */
-  private async createOn(
-    input: CreateSandboxInput,
-    template: { boot: SandboxBoot },
-    runtime: Runtime,
-    shape: WarmShape,
-    timeout: number,
-    egress: Awaited<ReturnType<typeof egressFor>>,
-    image: string,
-    from: CreateSandboxInput["fromSnapshot"],
-  ): Promise<SandboxRecord> {
-    const memoryMB = shape.memoryMB;
-    const pool = this.warm.pool(image);
-    // A template's start command ran before any create: it has the create's env vars only through envd, so a create with its own waits for a fresh one.
-    const envsOk = !template.boot.startCmd || Object.keys(input.envVars ?? {}).length === 0;
-    if (!egress && !from && envsOk && pool?.matches(shape, input.allowInternetAccess ?? true)) {
-      const warm = pool.take();
-      if (warm && warm.runtime === runtime) {
-        const rec = await this.durable(this.claimWarm(warm, input, shape, timeout, pool)).catch((err: unknown) => {
-          if (err instanceof ControlPlaneError) throw err; // capacity: the same answer a new one would get
-          this.o.log.warn({ err, sandboxId: warm.id }, "handing out a warm sandbox failed: starting a new one");
-          return undefined;
-        });
-        if (rec) return rec;
-      } else if (warm) {
-        await pool.discard(warm);
-      }
-    } else if (!from && !pool && image !== "base" && (template.boot.startCmd || template.boot.readyCmd)) {
-      // A template whose sandboxes take long to get ready (a start command): warm ones for the next creates.
-      this.warm.noteCold(shape, template.boot);
-    }
-    // Over the sandbox limit: refused before queueing. Then one of the host's
-    // start slots (or a place in the bounded queue, else 429): the readiness
-    // deadline below starts only once this start runs.
-    checkCapacity(this.table.list(), this.o.limits, memoryMB);
-    return this.durable(this.admission.run(() => this.createNew(input, runtime, shape, timeout, egress)));
-  }
-
-  private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>, volumes?: VolumeBinding[]): Promise<SandboxRecord> {
-    const id = newSandboxId();
-    return this.locks.run(id, async () => {
-      checkCapacity(this.table.list(), this.o.limits, shape.memoryMB);
-      const now = Date.now();
-      let rec = this.save(newRecord(this.o.seed, id, input, shape, timeout, runtime.name));
-      const log = this.o.log.child({ sandboxId: id });
-      const dir = this.dir(id);
-      mkdirSync(dir, { recursive: true });
-      let inst: Instance | undefined;
-      try {
-        const spec = { sandboxId: id, ...shape, dir, allowInternetAccess: rec.allowInternetAccess, egress, log, ...(volumes?.length ? { volumes } : this.warmUpFor(rec)) };
-        inst = await (input.fromSnapshot ? runtime.createFromSnapshot(spec, input.fromSnapshot) : runtime.create(spec));
-        rec = this.save({ ...rec, runtimeData: inst.persisted });
-        await this.waitReady(id, inst);
-        const from = input.fromSnapshot;
-        const endpoint = this.endpointOf(id, inst);
-        await pushInit(this.o.envd, rec, endpoint, inst, from?.kind === "memory" && from.sandboxId ? deriveToken(this.o.seed, "envd", from.sandboxId) : undefined);
-        if (inst.guestVolumes) await this.mountGuestVolumes({ endpoint, token: rec.envdAccessToken }, inst.guestVolumes);
-        await this.o.prepare?.({ endpoint, token: rec.envdAccessToken }, dir, inst.restoredGuest);
-        if (egress?.rules) await this.trustEgressCa({ endpoint, token: rec.envdAccessToken });
-        // A memory snapshot's processes run on (its start command among them); a fresh start runs it.
-        if (from?.kind !== "memory" && !inst.warmedUp) await this.o.startCommand?.({ endpoint, token: rec.envdAccessToken }, rec.boot);
-      } catch (err) {
-        // The console says why a guest never got to envd; the directory holding it goes below.
-        const consoleTail = (await inst?.logs().catch(() => []))?.slice(-40).map((l) => l.line) ?? [];
-        log.error({ err, console: consoleTail }, "sandbox creation failed");
-        this.o.transport.get(id)?.drop();
-        await inst?.kill().catch(() => undefined);
-        this.o.transport.forget(id);
-        this.table.delete(id);
-        rmSync(dir, { recursive: true, force: true });
-        const tail = consoleTail.length ? `; last console lines: ${consoleTail.slice(-3).join(" | ")}` : "";
-        if (err instanceof SnapshotUnusableError) throw new ControlPlaneError("conflict", err.message);
-        throw new ControlPlaneError("internal", `failed to create sandbox: ${(err as Error).message}${tail}`);
-      }
-      return this.created(rec, inst, runtime.name, timeout, now);
-    });
-  }
-
-  /**
-   * A template's start command for a runtime that checkpoints booted
-   * sandboxes (InstanceSpec.warmUp): only for creates without env vars of
-   * their own (the checkpoint's start command ran without them).
-   */
-  private warmUpFor(rec: SandboxRecord): Pick<InstanceSpec, "warmUp"> {
-    const boot = rec.boot;
-    if (!boot?.startCmd || !this.o.startCommand || Object.keys(rec.envVars).length > 0) return {};
-    const start = this.o.startCommand;
-    const key = createHash("sha256").update(JSON.stringify([boot.startCmd, boot.readyCmd ?? null, boot.user ?? null, boot.workdir ?? null, boot.envs ?? {}])).digest("hex").slice(0, 12);
-    return { warmUp: { key, run: (endpoint) => start({ endpoint, token: "" }, boot) } };
-  }
-
-  /** Hands a warm sandbox out: its record, then the create's settings through /init. */
-  private claimWarm(warm: WarmSandbox, input: CreateSandboxInput, shape: WarmShape, timeout: number, pool: WarmPool): Promise<SandboxRecord> {
-    return this.locks.run(warm.id, async () => {
-      const now = Date.now();
-      try {
-        checkCapacity(this.table.list(), this.o.limits, shape.memoryMB);
-        const rec = this.save({ ...newRecord(this.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
-        warm.inst.foreground?.();
-        await pushInit(this.o.envd, rec, this.endpointOf(warm.id, warm.inst), warm.inst);
-        return this.created(rec, warm.inst, warm.runtime.name, timeout, now);
-      } catch (err) {
-        this.table.delete(warm.id);
-        this.o.transport.forget(warm.id);
-        await pool.discard(warm);
-        throw err;
-      }
-    });
-  }
-
-  private created(rec: SandboxRecord, inst: Instance, runtime: string, timeout: number, since: number): SandboxRecord {
-    this.track(rec.id, inst, runtime);
-    const running = this.save({ ...rec, state: "running", startedAt: Date.now(), endAt: Date.now() + timeout * 1000 });
-    this.o.log.info({ sandboxId: rec.id, templateId: rec.templateId, runtime, ms: Date.now() - since }, "sandbox created");
-    this.emit("created", running);
-    return running;
+  /** A new sandbox (create.ts): a warm one when one fits, else one started for it. */
+  create(input: CreateSandboxInput): Promise<SandboxRecord> {
+    return this.creates.create(input);
   }
 
   /** A sandbox that exists (running or paused, or transitioning), else not_found. */
