@@ -3,12 +3,16 @@ import { createInterface } from "node:readline";
 import type { Logger } from "pino";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
 import { ipBin, NET_BASE } from "../runtimes/net/addresses.js";
+import { onLetOut } from "../runtimes/net/egress-proxy/let-out.js";
+import { LISTENER_PORT } from "../runtimes/net/egress-proxy/redirect-rules.js";
 import { runCommand } from "../host/commands.js";
 import { findExecutable } from "../host/executables.js";
 import type { EventBus } from "./bus.js";
 
 /** `[NEW] tcp 6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] …` (the original direction first). */
 const LINE = /^\s*\[NEW\]\s+(\w+)\s+\d+\s.*?\bsrc=(\S+)\s+dst=(\S+)(?:\s+sport=\d+\s+dport=(\d+))?/;
+/** A direction's tuple: the original first, then the reply. */
+const TUPLE = /\bsrc=(\S+)\s+dst=(\S+)\s+sport=(\d+)\s+dport=(\d+)/g;
 
 /** How long an address no sandbox owns is not looked up again (a burst from a sandbox being killed). */
 const MISS_TTL_MS = 5_000;
@@ -27,13 +31,22 @@ export function parseConntrackLine(line: string): NetworkRequest | undefined {
   return { protocol: m[1]!, source: m[2]!, destination: m[3]!, port: m[4] !== undefined ? Number(m[4]) : undefined };
 }
 
+/** Whether a conntrack line is a flow nft redirected to a sandbox's egress proxy (its proxy reports it, if it lets it out). */
+export function isProxiedFlow(line: string): boolean {
+  const [orig, reply] = [...line.matchAll(TUPLE)];
+  // Redirected: the reply comes from the proxy's listener on the host, not from where the sandbox dialled.
+  return !!orig && !!reply && Number(reply[3]) === LISTENER_PORT && reply[1] !== orig[2];
+}
+
 /**
  * network.request events: every new connection (TCP, UDP flow, ICMP echo) a
  * sandbox opens through its own network device (a veth or a tap, with the
  * host's rules), as the kernel's connection tracking reports it (conntrack-
  * tools' `conntrack -E -e NEW`, on the sandboxes' address range only). A
  * connection the sandbox's deny list drops never gets that far: only what
- * went out is an event. Sandboxes on user-mode NAT or without a network
+ * went out is an event; a flow redirected to the sandbox's egress proxy
+ * (names in its allowOut, network.rules) is one when the proxy lets it out
+ * (let-out.ts). Sandboxes on user-mode NAT or without a network
  * have none. Needs root and the `conntrack` binary (scripts/setup-host
  * installs it); without them the server says so once and runs without.
  */
@@ -44,6 +57,7 @@ export class NetworkWatch {
   private owners = new Map<string, string>();
   private misses = new Map<string, number>();
   private refreshing: Promise<void> | undefined;
+  private offLetOut: (() => void) | undefined;
 
   constructor(
     private readonly o: {
@@ -56,6 +70,10 @@ export class NetworkWatch {
   ) {}
 
   start(): void {
+    // A flow redirected to an egress proxy is an event once the proxy lets it out (a refused one never went out).
+    this.offLetOut = onLetOut((c) => {
+      if (!this.closed) this.o.bus.publish({ event_type: "network.request", sandbox_id: c.sandboxId, protocol: "tcp", destination: c.destination, port: c.port });
+    });
     if (process.getuid?.() !== 0) {
       this.o.log.info("no network.request events: reading the kernel's connection tracking needs root");
       return;
@@ -77,7 +95,7 @@ export class NetworkWatch {
     });
     createInterface({ input: child.stdout! }).on("line", (line) => {
       const req = parseConntrackLine(line);
-      if (req) void this.publish(req);
+      if (req && !isProxiedFlow(line)) void this.publish(req);
     });
   }
 
@@ -130,6 +148,7 @@ export class NetworkWatch {
 
   close(): void {
     this.closed = true;
+    this.offLetOut?.();
     this.child?.kill("SIGTERM");
   }
 }

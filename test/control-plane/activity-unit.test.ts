@@ -11,7 +11,7 @@ import { AuditClaims } from "../../control-plane/audit/claims.js";
 import { REDACTED, Redactor, SECRET_ENV_METADATA, secretEnvNames } from "../../control-plane/audit/redact.js";
 import { EventBus } from "../../control-plane/events/bus.js";
 import { ActivityTranslator, commandOf, controlTags, internalTag, watchedEvents } from "../../control-plane/events/envd-activity.js";
-import { parseConntrackLine } from "../../control-plane/events/network-watch.js";
+import { isProxiedFlow, parseConntrackLine } from "../../control-plane/events/network-watch.js";
 import { EventLog } from "../../control-plane/events/event-log.js";
 import { eventFilter, matchesEvent, parseEventTypes } from "../../control-plane/events/filter.js";
 import type { SandboxRecord } from "../../control-plane/domain/sandbox.js";
@@ -231,6 +231,13 @@ describe("network.request: conntrack's new flows", () => {
       port: undefined,
     });
     expect(parseConntrackLine("conntrack v1.4.7 (conntrack-tools): 3 flow events have been shown.")).toBeUndefined();
+    // A flow nft redirected to the sandbox's egress proxy (the reply comes from its listener): the proxy reports it, if it lets it out.
+    const redirected = " [NEW] tcp      6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] src=10.201.0.1 dst=10.201.0.2 sport=15093 dport=48934";
+    expect(isProxiedFlow(redirected)).toBe(true);
+    expect(parseConntrackLine(redirected)).toMatchObject({ destination: "203.0.113.80", port: 443 });
+    expect(isProxiedFlow(" [NEW] tcp      6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=443 [UNREPLIED] src=203.0.113.80 dst=192.0.2.2 sport=443 dport=48934")).toBe(false);
+    // A server out there that happens to listen on the proxy's port is just a destination.
+    expect(isProxiedFlow(" [NEW] tcp      6 120 SYN_SENT src=10.201.0.2 dst=203.0.113.80 sport=48934 dport=15093 [UNREPLIED] src=203.0.113.80 dst=192.0.2.2 sport=15093 dport=48934")).toBe(false);
     expect(parseConntrackLine(" [DESTROY] tcp 6 src=10.201.0.2 dst=203.0.113.80 sport=1 dport=2")).toBeUndefined();
   });
 });

@@ -12,6 +12,7 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
+import type { SandboxEvent } from "../../control-plane/events/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { originalDestinationUnsupported } from "../../control-plane/runtimes/net/egress-proxy/original-destination.js";
@@ -75,6 +76,8 @@ const only = ["0.0.0.0/0"];
 
 describe.skipIf(missing !== undefined)(`egress by host name on the process runtime${missing ? ` (skipped: ${missing})` : ""}`, () => {
   it("allowOut with a name lets HTTPS (SNI) and HTTP (Host) to that name through, and nothing else", async () => {
+    const seen: SandboxEvent[] = [];
+    const off = cp.activity.bus.on((e: SandboxEvent) => void (e.event_type === "network.request" && seen.push(e)));
     const s = await create({ allowOut: ["api.allowed.test"], denyOut: only });
     expect(await curl(s, "https://api.allowed.test:8443/")).toBe(`tls-ok ${peer.b} sni=api.allowed.test host=api.allowed.test:8443`);
     expect(await curl(s, "http://api.allowed.test:8081/")).toBe(`http-ok ${peer.b} host=api.allowed.test:8081`);
@@ -85,6 +88,11 @@ describe.skipIf(missing !== undefined)(`egress by host name on the process runti
     expect(await curl(s, `https://${peer.b}:8443/`)).toMatch(/^refused/);
     // The policy reads back as it was given.
     expect((await s.getInfo()).network).toMatchObject({ allowOut: ["api.allowed.test"], denyOut: only });
+    // network.request events: the connections the proxy let out, to where they went; none for the refused ones.
+    off();
+    const mine = seen.filter((e) => e.sandbox_id === s.sandboxId && e.protocol === "tcp"); // (DNS is UDP, not proxied)
+    expect(mine.filter((e) => e.destination === peer.b).map((e) => e.port).sort()).toEqual([8081, 8443]);
+    expect(mine.filter((e) => e.destination !== peer.b), JSON.stringify(mine)).toEqual([]);
   });
 
   it("a wildcard allows subdomains at any depth, not the apex", async () => {

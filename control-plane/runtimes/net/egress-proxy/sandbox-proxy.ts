@@ -15,6 +15,7 @@ import { NET_BASE } from "../addresses.js";
 import { readFirstBytes, type FirstBytes } from "./first-bytes.js";
 import { resolvesTo } from "./name-check.js";
 import { originalDestination, type Destination } from "./original-destination.js";
+import { reportLetOut } from "./let-out.js";
 import { judge } from "./verdict.js";
 import { Interceptor } from "./intercept.js";
 import { interception } from "./interception.js";
@@ -157,6 +158,7 @@ export class SandboxProxy {
     const verdict = await judge(this.policy, destination.address, first.name, resolvesTo);
     log.debug({ destination: `${destination.address}:${destination.port}`, kind: first.kind, name: first.name, verdict }, "egress proxy verdict");
     if (!verdict.allow) return void client.resetAndDestroy();
+    reportLetOut({ sandboxId: this.o.sandboxId, destination: destination.address, port: destination.port });
     const conn = { sandboxId: this.o.sandboxId, client, head, destination, first, log };
     if (this.o.handoff) return this.o.handoff(conn);
     if (await this.intercepts(first, destination.address)) return this.interceptorFor().take(conn);
