@@ -77,12 +77,31 @@ export function imagePuller(o: { imagesDir: string; dataDir: string; store: Stor
           const tar = spawn("tar", ["-C", work, "-xf", "-", "--same-owner", "--same-permissions"], { stdio: ["pipe", "ignore", "pipe"] });
           let stderr = "";
           tar.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+          // The sender's response ends only when its tar succeeded: whether it ended is what says the copy is whole.
+          const whole = new Promise<boolean>((done) => {
+            res.once("end", () => done(true));
+            res.once("aborted", () => done(false));
+            res.once("error", () => done(false));
+            res.once("close", () => done(res.complete));
+          });
+          tar.stdin.on("error", () => undefined); // tar may stop reading at the archive's end marker (EPIPE after)
           res.pipe(tar.stdin);
           res.on("error", () => tar.kill());
           res.on("aborted", () => tar.kill());
-          tar.on("close", (code) => {
-            if (code !== 0 || !res.complete) {
-              void cleanup().then(() => reject(new Error(`copying image '${key}' from ${url} failed: ${res.complete ? `tar exited ${code}: ${stderr.trim()}` : "the transfer was cut short"}`)));
+          tar.on("close", async (code) => {
+            // tar exits at the archive's end marker, possibly before the record's padding has all arrived:
+            // the rest of the response is drained, not taken for a transfer cut short.
+            if (code !== 0) {
+              req.destroy();
+              void cleanup().then(() => reject(new Error(`copying image '${key}' from ${url} failed: tar exited ${code}: ${stderr.trim()}`)));
+              return;
+            }
+            if (!res.complete) {
+              res.unpipe(tar.stdin);
+              res.resume();
+            }
+            if (!(await whole)) {
+              void cleanup().then(() => reject(new Error(`copying image '${key}' from ${url} failed: the transfer was cut short`)));
               return;
             }
             void (async () => {
