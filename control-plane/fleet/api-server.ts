@@ -319,8 +319,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     sendJson(res, 200, { sandboxes });
   };
 
-  /** Templates and snapshots: their records are shared; builds run on, and template files go to, one node (the first ready one by name). */
-
   const sandboxRequest = async (req: IncomingMessage, res: ServerResponse, sandboxId: string, proxy: boolean) => {
     const where = await locate(sandboxId);
     if (!where) {
