@@ -4,28 +4,16 @@
 // once), persistence across kill, pause and a server restart, the size limit,
 // bad input, and escapes from inside a sandbox (as `user` and as root) and
 // through symlinks a sandbox plants for a later API call.
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { CommandExitError, Sandbox, Volume, VolumeError, VolumePathNotFoundError } from "e2b";
+import { Sandbox, Volume, VolumeError, VolumePathNotFoundError } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
+import { endVolumeSuite, sh } from "../helpers/volumes.js";
 
 const isRoot = process.getuid?.() === 0;
 if (!isRoot) console.warn("volumes.test.ts: skipped: volumes need root (loop-mounted ext4 images)");
-
-type Run = { stdout: string; stderr: string; exitCode: number };
-
-/** A command's result whatever its exit code. */
-async function sh(sbx: Sandbox, cmd: string, user: "user" | "root" = "user"): Promise<Run> {
-  try {
-    const r = await sbx.commands.run(cmd, { user });
-    return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
-  } catch (err) {
-    if (err instanceof CommandExitError) return { stdout: err.stdout, stderr: err.stderr, exitCode: err.exitCode };
-    throw err;
-  }
-}
 
 /** The raw REST answer (for statuses and messages the SDK wraps). */
 async function rest(cp: TestControlPlane, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> }> {
@@ -55,12 +43,7 @@ describe.skipIf(!isRoot)("volumes (process runtime, e2b JS SDK)", { timeout: 180
   }, 120_000);
 
   afterAll(async () => {
-    for (const s of sandboxes) await s.kill().catch(() => undefined);
-    for (const v of await Volume.list().catch(() => [])) await Volume.destroy(v.volumeId).catch(() => undefined);
-    restore?.();
-    await cp?.close();
-    // The restart's second server was given the data dir, so its close keeps it.
-    if (cp) rmSync(cp.dataDir, { recursive: true, force: true });
+    await endVolumeSuite({ sandboxes, cp, restore });
   }, 120_000);
 
   it("creates, lists, gets and destroys volumes; bad names and unknown ids are refused with what to do", async () => {

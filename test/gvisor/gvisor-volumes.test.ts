@@ -6,30 +6,19 @@
 // user), the size limit, escapes as user and root (symlinks, `..`, mount
 // tricks, devices, another volume), destroy refused while mounted, pause to
 // disk and resume, and a server restart.
-import { readFileSync, readdirSync, rmSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { CommandExitError, Sandbox, Volume } from "e2b";
+import { Sandbox, Volume } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
 import { setEnv } from "../helpers/sdk.js";
+import { endVolumeSuite, sh } from "../helpers/volumes.js";
 import { testImagesDir } from "../helpers/vm.js";
 
 const missing = gvisorMissing();
 const why = missing ? ` [skipped: ${missing}]` : "";
-
-type Run = { stdout: string; stderr: string; exitCode: number };
-
-async function sh(sbx: Sandbox, cmd: string, user: "user" | "root" = "user"): Promise<Run> {
-  try {
-    const r = await sbx.commands.run(cmd, { user });
-    return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
-  } catch (err) {
-    if (err instanceof CommandExitError) return { stdout: err.stdout, stderr: err.stderr, exitCode: err.exitCode };
-    throw err;
-  }
-}
 
 describe.skipIf(missing !== undefined)(`volumes on the gvisor runtime${why}`, { timeout: 300_000 }, () => {
   let cp: TestControlPlane;
@@ -68,11 +57,7 @@ describe.skipIf(missing !== undefined)(`volumes on the gvisor runtime${why}`, { 
   }, 120_000);
 
   afterAll(async () => {
-    for (const s of sandboxes) await s.kill().catch(() => undefined);
-    for (const v of await Volume.list().catch(() => [])) await Volume.destroy(v.volumeId).catch(() => undefined);
-    restore?.();
-    await cp?.close();
-    if (cp) rmSync(cp.dataDir, { recursive: true, force: true });
+    await endVolumeSuite({ sandboxes, cp, restore });
   }, 120_000);
 
   it("written by the API, read and written inside by `user` (owner user), read back by the API; no host-side mount is left", async () => {

@@ -2,9 +2,9 @@
 // runtimes/qemu/virtiofs.ts) through the unmodified JS SDK. One VM with two
 // volumes serves most checks (a TCG boot is slow on 2 cores); the server runs
 // the process runtime too, so a process sandbox shares a volume with the VM.
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { CommandExitError, Sandbox, Volume } from "e2b";
+import { Sandbox, Volume } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { findKernel } from "../../control-plane/images/layout.js";
 import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
@@ -14,6 +14,7 @@ import { ProcessRuntime } from "../../control-plane/runtimes/process/process-run
 import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
+import { endVolumeSuite, sh } from "../helpers/volumes.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
 
 /** Why the guest kernel cannot mount virtio-fs (its build's config, beside the vmlinux), if it cannot. */
@@ -26,18 +27,6 @@ function kernelWithoutVirtiofs(): string | undefined {
 
 const missing = qemuMissing() ?? (findVirtiofsd() ? undefined : "virtiofsd (package qemu-system-common)") ?? (process.getuid?.() === 0 ? undefined : "root") ?? kernelWithoutVirtiofs();
 const why = missing ? ` [skipped: ${missing}]` : "";
-
-type Run = { stdout: string; stderr: string; exitCode: number };
-
-async function sh(sbx: Sandbox, cmd: string, user: "user" | "root" = "user"): Promise<Run> {
-  try {
-    const r = await sbx.commands.run(cmd, { user });
-    return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
-  } catch (err) {
-    if (err instanceof CommandExitError) return { stdout: err.stdout, stderr: err.stderr, exitCode: err.exitCode };
-    throw err;
-  }
-}
 
 describe.skipIf(missing !== undefined)(`volumes on the qemu runtime (virtio-fs)${why}`, { timeout: 400_000 }, () => {
   let cp: TestControlPlane;
@@ -71,12 +60,7 @@ describe.skipIf(missing !== undefined)(`volumes on the qemu runtime (virtio-fs)$
   }, 400_000);
 
   afterAll(async () => {
-    await vm?.kill().catch(() => undefined);
-    for (const v of await Volume.list().catch(() => [])) await Volume.destroy(v.volumeId).catch(() => undefined);
-    restore?.();
-    await cp?.close();
-    // The restart's second server was given the data dir, so its close keeps it.
-    if (cp) rmSync(cp.dataDir, { recursive: true, force: true });
+    await endVolumeSuite({ sandboxes: vm ? [vm] : [], cp, restore });
   }, 120_000);
 
   it("mounts each volume by virtio-fs: written by the API, read and written inside by `user` (owner user), read back by the API", async () => {
