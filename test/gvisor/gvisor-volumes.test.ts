@@ -10,12 +10,10 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox, Volume } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
-import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import type { TestControlPlane } from "../helpers/control-plane.js";
 import { gvisorMissing, gvisorRuntime } from "../helpers/gvisor.js";
 import { setEnv } from "../helpers/sdk.js";
-import { endVolumeSuite, sh } from "../helpers/volumes.js";
-import { testImagesDir } from "../helpers/vm.js";
+import { endVolumeSuite, sh, startBesideProcess } from "../helpers/volumes.js";
 
 const missing = gvisorMissing();
 const why = missing ? ` [skipped: ${missing}]` : "";
@@ -26,18 +24,7 @@ describe.skipIf(missing !== undefined)(`volumes on the gvisor runtime${why}`, { 
   /** The runtime the next create's template runs on: gvisor (the server's default) or process. */
   let next: "gvisor" | "process" = "gvisor";
   const sandboxes: Sandbox[] = [];
-  const start = (over: Partial<Parameters<typeof startTestControlPlane>[0]> = {}) =>
-    startTestControlPlane({
-      runtime: gvisorRuntime(),
-      imagesDir: testImagesDir(),
-      warmPool: 0,
-      createRuntime: async (name) => {
-        if (name !== "process") throw new Error(`unexpected runtime ${name}`);
-        return new ProcessRuntime({ imagesDir: testImagesDir() });
-      },
-      templateRuntime: () => (next === "process" ? "process" : undefined),
-      ...over,
-    });
+  const start = (over: Parameters<typeof startBesideProcess>[2] = {}) => startBesideProcess(gvisorRuntime(), () => next === "process", over);
 
   const create = async (mounts: Record<string, Volume | string>, on: "gvisor" | "process" = "gvisor") => {
     next = on;

@@ -3,7 +3,10 @@
 // whatever its exit code, and the end of a suite.
 import { rmSync } from "node:fs";
 import { CommandExitError, Volume, type Sandbox } from "e2b";
-import type { TestControlPlane } from "./control-plane.js";
+import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
+import type { Runtime } from "../../control-plane/runtimes/runtime.js";
+import { startTestControlPlane, type TestControlPlane } from "./control-plane.js";
+import { testImagesDir } from "./vm.js";
 
 export type Run = { stdout: string; stderr: string; exitCode: number };
 
@@ -30,4 +33,23 @@ export async function endVolumeSuite(o: { sandboxes: Sandbox[]; cp: TestControlP
   o.restore?.();
   await o.cp?.close();
   if (o.cp) rmSync(o.cp.dataDir, { recursive: true, force: true });
+}
+
+/**
+ * A server on `runtime` (gvisor, qemu) that starts a create on the process
+ * runtime instead while `processNext()` says so: one volume mounted by both
+ * kinds of sandbox at once.
+ */
+export function startBesideProcess(runtime: Runtime, processNext: () => boolean, over: Partial<Parameters<typeof startTestControlPlane>[0]> = {}): Promise<TestControlPlane> {
+  return startTestControlPlane({
+    runtime,
+    imagesDir: testImagesDir(),
+    warmPool: 0,
+    createRuntime: async (name) => {
+      if (name !== "process") throw new Error(`unexpected runtime ${name}`);
+      return new ProcessRuntime({ imagesDir: testImagesDir() });
+    },
+    templateRuntime: () => (processNext() ? "process" : undefined),
+    ...over,
+  });
 }

@@ -10,11 +10,10 @@ import { findKernel } from "../../control-plane/images/layout.js";
 import type { PersistedQemuInstance } from "../../control-plane/runtimes/qemu/instance.js";
 import { QemuRuntime } from "../../control-plane/runtimes/qemu/qemu-runtime.js";
 import { findVirtiofsd } from "../../control-plane/runtimes/qemu/virtiofs.js";
-import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { isRunning } from "../../control-plane/runtimes/process/procfs.js";
-import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import type { TestControlPlane } from "../helpers/control-plane.js";
 import { setEnv } from "../helpers/sdk.js";
-import { endVolumeSuite, sh } from "../helpers/volumes.js";
+import { endVolumeSuite, sh, startBesideProcess } from "../helpers/volumes.js";
 import { qemuMissing, testImagesDir } from "../helpers/vm.js";
 
 /** Why the guest kernel cannot mount virtio-fs (its build's config, beside the vmlinux), if it cannot. */
@@ -35,18 +34,7 @@ describe.skipIf(missing !== undefined)(`volumes on the qemu runtime (virtio-fs)$
   let vm: Sandbox;
   let shared: Volume;
   let small: Volume;
-  const start = (over: Partial<Parameters<typeof startTestControlPlane>[0]> = {}) =>
-    startTestControlPlane({
-      runtime: new QemuRuntime({ imagesDir: testImagesDir() }),
-      imagesDir: testImagesDir(),
-      warmPool: 0,
-      createRuntime: async (name) => {
-        if (name !== "process") throw new Error(`unexpected runtime ${name}`);
-        return new ProcessRuntime({ imagesDir: testImagesDir() });
-      },
-      templateRuntime: () => (next === "process" ? "process" : undefined),
-      ...over,
-    });
+  const start = (over: Parameters<typeof startBesideProcess>[2] = {}) => startBesideProcess(new QemuRuntime({ imagesDir: testImagesDir() }), () => next === "process", over);
   const persisted = () => cp.manager.get(vm.sandboxId).runtimeData as unknown as PersistedQemuInstance;
 
   beforeAll(async () => {
