@@ -14,13 +14,14 @@ import { adoptRecord } from "./adopt.js";
 import { Admission, defaultAdmissionLimits, type AdmissionStats } from "./admission.js";
 import { SandboxCreates } from "./create.js";
 import { applyNetworkUpdate, networkAfterUpdate } from "./egress.js";
-import { initResumed, waitForEnvd } from "./envd-ready.js";
+import { waitForEnvd } from "./envd-ready.js";
 import { LifecycleBus } from "./events.js";
-import { forgetPausedFiles, isPausedToDisk, pauseToDisk, resumeFromDisk, type FsPauseDeps } from "./fs-pause.js";
+import { forgetPausedFiles, isPausedToDisk, type FsPauseDeps } from "./fs-pause.js";
 import { InstanceTable } from "./instances.js";
 import { removeLeftovers } from "./leftovers.js";
 import { KeyedLock } from "./locks.js";
 import type { ManagerLimits, ManagerOptions } from "./options.js";
+import { SandboxPauses } from "./pause-resume.js";
 import { checkTimeout, pushInit } from "./records.js";
 import { SandboxTable } from "./sandbox-table.js";
 import { Timeouts } from "./timeouts.js";
@@ -48,6 +49,7 @@ export class SandboxManager {
   private closed = false;
   private readonly fs: FsPauseDeps;
   private readonly creates: SandboxCreates;
+  private readonly pauses: SandboxPauses;
 
   constructor(private readonly o: ManagerOptions) {
     this.runtimes = o.runtimes ?? new RuntimeSet(o.runtime);
@@ -75,6 +77,16 @@ export class SandboxManager {
       durable: (op) => this.durable(op),
       mountGuestVolumes: (target, volumes) => this.mountGuestVolumes(target, volumes),
       trustEgressCa: (target) => this.trustEgressCa(target),
+      track: (id, inst, runtime) => this.track(id, inst, runtime),
+      emit: (type, sandbox) => this.emit(type, sandbox),
+    });
+    this.pauses = new SandboxPauses({
+      o,
+      fs: this.fs,
+      instances: this.instances,
+      save: (rec) => this.save(rec),
+      endpointOf: (id, inst) => this.endpointOf(id, inst),
+      mountGuestVolumes: (target, volumes) => this.mountGuestVolumes(target, volumes),
       track: (id, inst, runtime) => this.track(id, inst, runtime),
       emit: (type, sandbox) => this.emit(type, sandbox),
     });
@@ -110,11 +122,6 @@ export class SandboxManager {
   /** How the control plane reaches an instance's envd: the only place an instance's socket is read. */
   private endpointOf(id: string, inst: Instance): Endpoint {
     return this.o.transport.local(id, inst.socketPath, inst.pauseConnections);
-  }
-
-  /** Before a `quiet` pause: the control plane's own streams to the sandbox close (they reopen on its resume). */
-  private async closeOwnStreams(id: string): Promise<void> {
-    await this.o.quiesce?.(id).catch((err: unknown) => this.o.log.warn({ err, sandboxId: id }, "closing streams before a pause failed"));
   }
 
   /** The control plane stops with a sandbox paused and connections open to it (Endpoint.closeWhilePaused). */
@@ -254,39 +261,7 @@ export class SandboxManager {
 
   /** `memory: false`: E2B's filesystem-only pause (fs-pause.ts); otherwise (and by default) in memory. */
   async pause(id: string, memory?: boolean): Promise<SandboxRecord> {
-    return this.durable(this.locks.run(id, () => this.pauseLocked(this.get(id), memory)));
-  }
-
-  private async pauseLocked(rec: SandboxRecord, memory = true): Promise<SandboxRecord> {
-    if (rec.state === "paused") throw new ControlPlaneError("conflict", `sandbox '${rec.id}' is already paused`);
-    const inst = this.instance(rec);
-    this.save({ ...rec, state: "pausing" });
-    if (!memory) {
-      const runtimeData = await pauseToDisk(this.fs, rec, inst, false).catch((err: unknown) => {
-        this.save(rec);
-        throw err;
-      });
-      this.instances.take(rec.id);
-      return this.paused(rec, runtimeData);
-    }
-    const endpoint = this.endpointOf(rec.id, inst);
-    await endpoint.beforePause(() => this.closeOwnStreams(rec.id));
-    try {
-      await inst.pause();
-    } catch (err) {
-      endpoint.pauseFailed();
-      this.save(rec);
-      throw new ControlPlaneError("internal", `failed to pause sandbox '${rec.id}': ${(err as Error).message}`);
-    }
-    // A runtime may change what it needs to re-adopt the instance (Firecracker: the VMM process is gone).
-    return this.paused(rec, inst.persisted);
-  }
-
-  private paused(rec: SandboxRecord, runtimeData: Record<string, unknown>): SandboxRecord {
-    const paused = this.save({ ...rec, state: "paused", runtimeData });
-    this.o.log.info({ sandboxId: rec.id }, "sandbox paused");
-    this.emit("paused", paused);
-    return paused;
+    return this.durable(this.locks.run(id, () => this.pauses.pause(this.get(id), memory)));
   }
 
   private instance = (rec: SandboxRecord): Instance => this.instances.require(rec.id);
@@ -306,7 +281,7 @@ export class SandboxManager {
     const timeout = checkTimeout(timeoutSeconds, this.o.limits.maxTimeoutSeconds);
     return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
-      if (rec.state === "paused") return { sandbox: await this.resumeLocked(rec, timeout, memory), resumed: true };
+      if (rec.state === "paused") return { sandbox: await this.pauses.resume(rec, timeout, memory), resumed: true };
       const endAt = Math.max(rec.endAt, Date.now() + timeout * 1000);
       return { sandbox: this.save({ ...rec, endAt }), resumed: false };
     }));
@@ -318,39 +293,9 @@ export class SandboxManager {
     return this.durable(this.locks.run(id, async () => {
       const rec = this.get(id);
       if (rec.state !== "paused") throw new ControlPlaneError("conflict", `sandbox '${id}' is already running`);
-      const resumed = await this.resumeLocked(rec, timeout, memory);
+      const resumed = await this.pauses.resume(rec, timeout, memory);
       return autoPause === undefined ? resumed : this.save({ ...resumed, onTimeout: autoPause ? "pause" : "kill" });
     }));
-  }
-
-  /** `memory: false` cold-boots a sandbox paused in memory from its files (E2B's onResume 'reboot'). */
-  private async resumeLocked(rec: SandboxRecord, timeout: number, memory?: boolean): Promise<SandboxRecord> {
-    if (memory === false && !isPausedToDisk(rec)) {
-      rec = this.save({ ...rec, runtimeData: await pauseToDisk(this.fs, rec, this.instance(rec), true) });
-      this.instances.take(rec.id);
-    }
-    const fromDisk = isPausedToDisk(rec);
-    let inst = fromDisk ? undefined : this.instance(rec);
-    this.save({ ...rec, state: "resuming" });
-    try {
-      if (inst) await inst.resume();
-      else this.track(rec.id, (inst = await resumeFromDisk(this.fs, rec)), rec.runtime);
-      const endpoint = this.endpointOf(rec.id, inst);
-      endpoint.afterResume();
-      await initResumed(this.o.envd, rec, endpoint, inst, this.o.readyTimeoutMs);
-      // A start again from disk is a fresh boot: its VM mounts its volumes again.
-      if (fromDisk && inst.guestVolumes) await this.mountGuestVolumes({ endpoint, token: rec.envdAccessToken }, inst.guestVolumes);
-    } catch (err) {
-      // A sandbox paused to disk stays so (its files kept for the next try); the instance this try started goes.
-      if (fromDisk) await this.instances.take(rec.id)?.kill().catch(() => undefined);
-      this.save(rec);
-      throw new ControlPlaneError("internal", `failed to resume sandbox '${rec.id}': ${(err as Error).message}`);
-    }
-    if (fromDisk) forgetPausedFiles(this.o.dataDir, rec.id);
-    const running = this.save({ ...rec, state: "running", endAt: Date.now() + timeout * 1000, runtimeData: inst.persisted });
-    this.o.log.info({ sandboxId: rec.id }, "sandbox resumed");
-    this.emit("resumed", running);
-    return running;
   }
 
   async kill(id: string, reason = "killed"): Promise<void> {
@@ -377,7 +322,7 @@ export class SandboxManager {
   /** A running sandbox past its end (under its lock): its timeout action. */
   private async expire(rec: SandboxRecord): Promise<void> {
     this.emit("timed_out", rec);
-    if (rec.onTimeout === "pause") await this.pauseLocked(rec, rec.pauseMemory ?? true);
+    if (rec.onTimeout === "pause") await this.pauses.pause(rec, rec.pauseMemory ?? true);
     else await this.killLocked(rec, "timeout");
   }
 
