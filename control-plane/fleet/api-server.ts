@@ -19,15 +19,13 @@ import { isConnectPath, SANDBOX_NOT_FOUND, sendProxyError } from "../api/proxy/h
 import { requestTarget } from "../api/proxy/target.js";
 import { refuseUpgrade, tunnelUpgrade } from "../api/proxy/upgrade.js";
 import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
-import { parseTemplateRef } from "../templates/names.js";
-import { DEFAULT_TAG } from "../templates/names.js";
 import { ControlPlaneMetrics } from "../metrics/metrics.js";
 import type { Store } from "../store/store.js";
 import { dropHeader, NODE_TOKEN_HEADER } from "./node-agent.js";
 import type { KubernetesNodes } from "./kubernetes-nodes.js";
 import { sendError, sendJson, type Json } from "./respond.js";
 import { workspaceRoutes } from "./workspace-routes.js";
-import { PendingPlacements, place, type PlacementAsk } from "./placement.js";
+import { FleetCreates } from "./create-routes.js";
 import { registerFleetConnect, type FleetView } from "./connect-api.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectAdapter } from "../../envd/server/connect-adapter.js";
@@ -59,15 +57,8 @@ export interface RunningFleetApi {
   close(): Promise<void>;
 }
 
-/** How long this replica counts a create it placed before the store has its record (it writes it as the start begins). */
-const IN_FLIGHT_MS = 2_000;
 /** How long the node list read from the store is used before it is read again. */
 const NODES_TTL_MS = 2_000;
-/** Bodies of creates are read here (to place them): E2B's are small JSON. */
-const CREATE_BODY_MAX = 1 << 20;
-/** Default memory of a create whose template says none (the nodes' default). */
-const DEFAULT_MEMORY_MB = 512;
-
 /** One keep-alive connection pool per node. */
 class NodeAgent extends http.Agent {
   constructor(private readonly target: URL) {
@@ -102,19 +93,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
   // The nodes, as the store had them at most NODES_TTL_MS ago, with this replica's own placements since counted in.
   let nodes: NodeRecord[] = [];
   let nodesAt = 0;
-  /**
-   * The nodes for a placement: as their heartbeats said, with their sandboxes
-   * and memory counted afresh from the store (every replica's creates are
-   * there as soon as they start; a heartbeat may be seconds old).
-   */
-  const nodesForPlacement = async (): Promise<NodeRecord[]> => {
-    const [all, loads] = await Promise.all([readNodes(true), store.nodeLoads()]);
-    const byNode = new Map(loads.map((l) => [l.node, l]));
-    return all.map((n) => {
-      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0 };
-      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB } };
-    });
-  };
   /** The records as this replica judges them (Kubernetes' Leases and Nodes when it runs in a cluster). */
   const judged = (records: NodeRecord[]): NodeRecord[] => (o.kubernetes ? o.kubernetes.view(records) : records);
   const readNodes = async (fresh = false): Promise<NodeRecord[]> => {
@@ -125,7 +103,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     return nodes;
   };
   const live = (n: NodeRecord) => Date.now() - n.heartbeatAt <= NODE_LOST_MS;
-  const pending = new PendingPlacements();
 
   // A sandbox never moves: its node, once read, is kept (a bounded map).
   const nodeOfSandbox = new Map<string, string>();
@@ -177,105 +154,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       r.end(body);
     });
 
-  const readBody = (req: IncomingMessage): Promise<Buffer> =>
-    new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      req.on("data", (c: Buffer) => {
-        size += c.length;
-        if (size > CREATE_BODY_MAX) {
-          reject(new Error(`request body over ${CREATE_BODY_MAX} bytes`));
-          req.destroy();
-        } else chunks.push(c);
-      });
-      req.on("end", () => resolve(Buffer.concat(chunks)));
-      req.on("error", reject);
-    });
-
-  /** What a create needs of its node: the template's image (when only nodes that built it have it), its snapshot's node, its memory. */
-  /** The live node a volume's disk is on (a record without a node: the first ready one, as on one box). */
-  const volumeNode = async (name: string | undefined): Promise<NodeRecord | undefined> =>
-    name === undefined ? templateNode() : (await readNodes()).find((n) => n.name === name && live(n));
-
-  /** The node the volumes a create mounts are on (all on one), or an error message. */
-  const volumesPin = async (mounts: unknown): Promise<{ node?: string } | { problem: string }> => {
-    if (!Array.isArray(mounts) || !mounts.length) return {};
-    const nodes = new Set<string>();
-    for (const m of mounts) {
-      const name = (m as { name?: unknown } | null)?.name;
-      if (typeof name !== "string") continue; // the node answers a bad mount with its own 400
-      const v = await store.volumeByName(name);
-      if (v?.node !== undefined) nodes.add(v.node);
-    }
-    if (nodes.size > 1) return { problem: `the volumes this sandbox mounts are on different nodes (${[...nodes].join(", ")}): a sandbox can mount volumes of one node only` };
-    return nodes.size ? { node: [...nodes][0]! } : {};
-  };
-
-  const createAsk = async (raw: string): Promise<PlacementAsk> => {
-    const ref = parseTemplateRef(raw);
-    if ("problem" in ref) return { memoryMB: DEFAULT_MEMORY_MB };
-    const t = (await store.templateByName(ref.base)) ?? (await store.getTemplate(ref.base));
-    if (t) {
-      const tag = await store.getTemplateTag(t.id, ref.tag ?? DEFAULT_TAG);
-      const build = tag ? await store.getTemplateBuild(tag.buildId) : undefined;
-      return { memoryMB: t.memoryMB, ...(build?.result ? { image: build.result.image } : {}) };
-    }
-    const snap = (await store.listSnapshots()).find((s) => s.id === ref.base || s.name === ref.base);
-    if (snap) return { memoryMB: snap.memoryMB, ...(snap.node !== undefined ? { node: snap.node } : {}) };
-    return { memoryMB: DEFAULT_MEMORY_MB }; // a built-in template: every node builds it
-  };
-
-  const create = async (req: IncomingMessage, res: ServerResponse) => {
-    let body: Buffer;
-    try {
-      body = await readBody(req);
-    } catch (err) {
-      return sendError(res, 413, (err as Error).message);
-    }
-    let parsed: Json = {};
-    try {
-      parsed = body.length ? (JSON.parse(body.toString("utf8")) as Json) : {};
-    } catch {
-      // the node answers a malformed body with its own 400
-    }
-    const ask = await createAsk(typeof parsed.templateID === "string" ? parsed.templateID : "base");
-    const pin = await volumesPin(parsed.volumeMounts);
-    if ("problem" in pin) return sendError(res, 400, pin.problem);
-    if (pin.node !== undefined) {
-      if (ask.node !== undefined && ask.node !== pin.node) return sendError(res, 400, `this sandbox's snapshot is on node '${ask.node}' and its volumes on '${pin.node}': they must be on one node`);
-      ask.node = pin.node;
-    }
-    return placeCreate(req, res, body, ask, (b) => (JSON.parse(b.toString("utf8")) as { sandboxID?: string }).sandboxID);
-  };
-
-  /** Sends a create to the best node for `ask` (the next when one is full after all) and its answer back. */
-  const placeCreate = async (req: IncomingMessage, res: ServerResponse, body: Buffer, ask: PlacementAsk, idOf: (answer: Buffer) => string | undefined) => {
-    const placement = place(pending.apply(await nodesForPlacement(), Date.now() - IN_FLIGHT_MS), ask);
-    if (!placement.ok) return sendError(res, placement.why === "full" ? 429 : 503, placement.message, placement.why === "full" ? { "retry-after": "5" } : {});
-    // The best node first; one that is full after all (its last heartbeat was behind) passes it on to the next.
-    let last: { status: number; headers: http.IncomingHttpHeaders; body: Buffer } | undefined;
-    for (const n of placement.nodes.slice(0, 3)) {
-      pending.note(n.name, ask.memoryMB); // counted while it starts: concurrent creates go elsewhere
-      try {
-        last = await call(n, req, req.url ?? "/sandboxes", body);
-      } catch (err) {
-        log.warn({ err, node: n.name }, "a node did not answer a create: trying the next");
-        continue;
-      }
-      if (last.status !== 429 && last.status !== 503) {
-        if (last.status < 300) {
-          const id = idOf(last.body);
-          if (id) nodeOfSandbox.set(id, n.name);
-          log.info({ sandboxId: id, node: n.name }, "sandbox placed");
-        }
-        break;
-      }
-    }
-    if (!last) return sendError(res, 503, "no node answered the create: see the API's log");
-    const headers: Record<string, string> = { "content-type": String(last.headers["content-type"] ?? "application/json") };
-    if (last.headers["retry-after"]) headers["retry-after"] = String(last.headers["retry-after"]);
-    res.writeHead(last.status, { ...headers, "content-length": last.body.length }).end(last.body);
-  };
+  const creates = new FleetCreates({ store, log, readNodes, live, templateNode, call, placed: (node, id) => void nodeOfSandbox.set(id, node) });
 
   /** GET /sandboxes and /v2/sandboxes: every live node's answer, merged in the order one node would give (paged by the same cursor). */
   const list = async (req: IncomingMessage, res: ServerResponse, v2: boolean) => {
@@ -340,7 +219,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
   });
 
-  const workspace = workspaceRoutes({ store, log, readNodes, live, locate, lostMessage, forward, call, readBody, createAsk, placeCreate, agentFor, nodeHeaders });
+  const workspace = workspaceRoutes({ store, log, readNodes, live, locate, lostMessage, forward, call, readBody: (req) => creates.readBody(req), createAsk: (t) => creates.ask(t), placeCreate: (...a) => creates.send(...a), agentFor, nodeHeaders });
 
   const rest = async (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0]!;
@@ -349,7 +228,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     const content = /^\/volumecontent\/([^/]+)(?:\/|$)/.exec(path);
     if (content) {
       const v = await store.getVolume(decodeURIComponent(content[1]!));
-      const n = v ? await volumeNode(v.node) : undefined;
+      const n = v ? await creates.volumeNode(v.node) : undefined;
       if (!v) return sendError(res, 404, `volume '${content[1]}' not found`);
       if (!n) return sendError(res, 503, `volume '${v.name}' is on node '${v.node}', which is not live`);
       return forward(req, res, n);
@@ -362,13 +241,12 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     if (vol) {
       if (!vol[1] && req.method === "POST") {
         // A new volume's disk goes to the least loaded ready node; sandboxes that mount it are placed there.
-        const placement = place(await nodesForPlacement(), { memoryMB: 0 });
-        if (!placement.ok) return sendError(res, 503, placement.message);
-        return forward(req, res, placement.nodes[0]!);
+        const n = await creates.leastLoaded();
+        return "problem" in n ? sendError(res, 503, n.problem) : forward(req, res, n);
       }
       const key = vol[1] ? decodeURIComponent(vol[1]) : undefined;
       const v = key ? ((await store.getVolume(key)) ?? (await store.volumeByName(key))) : undefined;
-      const n = v ? await volumeNode(v.node) : await templateNode();
+      const n = v ? await creates.volumeNode(v.node) : await templateNode();
       if (!n) return sendError(res, 503, v ? `volume '${v.name}' is on node '${v.node}', which is not live` : "no node is ready");
       return forward(req, res, n);
     }
@@ -376,7 +254,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     if (m) {
       const [, id, rest] = m;
       if (!id) {
-        if (req.method === "POST") return create(req, res);
+        if (req.method === "POST") return creates.create(req, res);
         if (req.method === "GET") return list(req, res, path.startsWith("/v2/"));
       } else if (id === "metrics" && !rest && req.method === "GET") {
         return manyMetrics(req, res);
@@ -403,10 +281,9 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       return where.node;
     },
     async placeCreate(templateId) {
-      const ask = await createAsk(templateId);
-      const placement = place(pending.apply(await nodesForPlacement(), Date.now() - IN_FLIGHT_MS), ask);
+      const ask = await creates.ask(templateId);
+      const placement = await creates.place(ask);
       if (!placement.ok) throw new ConnectError(placement.message, placement.why === "full" ? Code.ResourceExhausted : Code.Unavailable);
-      pending.note(placement.nodes[0]!.name, ask.memoryMB);
       return { nodes: placement.nodes, ask };
     },
     placed: (node, sandboxId) => void nodeOfSandbox.set(sandboxId, node),
