@@ -4,7 +4,7 @@
 // not by an API key. Paths are resolved inside the volume only
 // (volumes/volume-fs.ts).
 import type { EntryAttrs } from "../../volumes/volume-fs.js";
-import { VolumeFullError } from "../../volumes/volume-fs.js";
+import { VolumeFullError } from "../../volumes/volume-paths.js";
 import { readJsonObject } from "./body.js";
 import { HttpError, sendJson, sendNoContent } from "./errors.js";
 import type { RestContext, Route } from "./router.js";
