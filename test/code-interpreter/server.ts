@@ -3,7 +3,7 @@
 // (cached by the hash of its requirements.txt). Inside a sandbox the same
 // server runs as the template's start command (docs/code-interpreter.md).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -92,5 +92,14 @@ export function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** /proc's view of a process, for a failure message. */
+export function procState(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/status`, "utf8").split("\n").filter((l) => /^(Name|State|PPid):/.test(l)).join(", ");
+  } catch {
+    return "gone";
   }
 }
