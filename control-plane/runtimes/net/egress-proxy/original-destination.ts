@@ -51,21 +51,85 @@ function table(): Promise<string> {
 
 /** How long an accepted connection waits for its conntrack event before the table is read. */
 const EVENT_WAIT_MS = 300;
-/** An event no connection asked for within this long is dropped (the connection never reached the proxy). */
-const EVENT_KEEP_MS = 60_000;
+/**
+ * An event no connection asked for within this long is dropped (the connection never reached the
+ * proxy); so is an event arriving this long after its connection gave up waiting for it. Kept short:
+ * a kept event is keyed by address and port only, and a later connection may reuse both.
+ */
+const EVENT_KEEP_MS = 10_000;
+const ORIG = /src=(\d+\.\d+\.\d+\.\d+) dst=(\d+\.\d+\.\d+\.\d+) sport=(\d+) dport=(\d+)/;
+
+/**
+ * The `conntrack -E` events of redirected connections, matched to the
+ * connections the proxy accepts, by the sandbox's address and source port.
+ * A key names one connection only while it lives, so nothing stale may
+ * answer for a later one: an event arriving after its connection stopped
+ * waiting (and read the table) is dropped, events expire after
+ * EVENT_KEEP_MS, and a sandbox's events go with it (its address may be
+ * given to the next sandbox).
+ */
+export class RedirectEvents {
+  private readonly seen = new Map<string, { destination: Destination; at: number }>();
+  private readonly waiting = new Map<string, (d: Destination) => void>();
+  /** Keys whose connection stopped waiting: their late event is not kept. */
+  private readonly late = new Map<string, number>();
+  /** The sandbox addresses whose proxies are in this process: other servers' redirects are not kept. */
+  private readonly ours = new Set<string>();
+
+  follow(address: string, on: boolean): void {
+    if (on) return void this.ours.add(address);
+    this.ours.delete(address);
+    const prefix = `${address}:`;
+    for (const map of [this.seen, this.late]) for (const k of map.keys()) if (k.startsWith(prefix)) map.delete(k);
+  }
+
+  /** One line of `conntrack -E` output. */
+  line(line: string, now = Date.now()): void {
+    const m = ORIG.exec(line);
+    if (!m || !this.ours.has(m[1]!)) return;
+    const key = `${m[1]}:${m[3]}`;
+    const destination = { address: m[2]!, port: Number(m[4]) };
+    const waiter = this.waiting.get(key);
+    if (waiter) return void (this.waiting.delete(key), waiter(destination));
+    this.prune(now);
+    if (this.late.delete(key)) return;
+    this.seen.set(key, { destination, at: now });
+  }
+
+  /** The destination of the connection from `key` (address:port), waiting up to `waitMs` for its event. */
+  take(key: string, waitMs = EVENT_WAIT_MS, now = Date.now()): Promise<Destination | undefined> {
+    const kept = this.seen.get(key);
+    this.seen.delete(key);
+    if (kept && now - kept.at <= EVENT_KEEP_MS) return Promise.resolve(kept.destination);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(key);
+        this.late.set(key, Date.now());
+        resolve(undefined);
+      }, waitMs);
+      this.waiting.set(key, (d) => (clearTimeout(timer), resolve(d)));
+    });
+  }
+
+  clear(): void {
+    this.seen.clear();
+    this.late.clear();
+    this.ours.clear();
+  }
+
+  private prune(now: number): void {
+    for (const map of [this.seen, this.late]) {
+      for (const [k, v] of map) if (now - (typeof v === "number" ? v : v.at) > EVENT_KEEP_MS) map.delete(k);
+    }
+  }
+}
 
 let events: ChildProcess | undefined;
 let eventsFailed = false;
-const seen = new Map<string, { destination: Destination; at: number }>();
-const waiting = new Map<string, (d: Destination) => void>();
-const ORIG = /src=(\d+\.\d+\.\d+\.\d+) dst=(\d+\.\d+\.\d+\.\d+) sport=(\d+) dport=(\d+)/;
-
-/** The sandbox addresses whose proxies are in this process: other servers' redirects are not kept. */
-const ours = new Set<string>();
+const redirects = new RedirectEvents();
 
 export function followSource(address: string, on: boolean): void {
-  if (on) ours.add(address);
-  else ours.delete(address);
+  redirects.follow(address, on);
 }
 
 /** Starts following new connections DNATed to `listenerPort` (once per process); without the tool, nothing. */
@@ -81,36 +145,20 @@ export function watchRedirects(listenerPort: number): void {
   });
   child.unref();
   (child.stdout as NodeJS.ReadableStream & { unref?: () => void }).unref?.();
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    const m = ORIG.exec(line);
-    if (!m || !ours.has(m[1]!)) return;
-    const key = `${m[1]}:${m[3]}`;
-    const destination = { address: m[2]!, port: Number(m[4]) };
-    const waiter = waiting.get(key);
-    if (waiter) return void (waiting.delete(key), waiter(destination));
-    seen.set(key, { destination, at: Date.now() });
-    if (seen.size > 1024) for (const [k, v] of seen) if (Date.now() - v.at > EVENT_KEEP_MS) seen.delete(k);
-  });
+  createInterface({ input: child.stdout! }).on("line", (line) => redirects.line(line));
 }
 
 /** Stops following (server shutdown). */
 export function stopWatchingRedirects(): void {
   events?.kill();
   events = undefined;
-  seen.clear();
-  ours.clear();
+  redirects.clear();
 }
 
 /** The destination the event stream saw for `source`:`sourcePort`, waiting briefly for it; undefined when it did not come. */
 function fromEvents(source: string, sourcePort: number): Promise<Destination | undefined> {
-  const key = `${source}:${sourcePort}`;
-  const kept = seen.get(key);
-  if (kept) return (seen.delete(key), Promise.resolve(kept.destination));
   if (!events) return Promise.resolve(undefined);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => (waiting.delete(key), resolve(undefined)), EVENT_WAIT_MS);
-    waiting.set(key, (d) => (clearTimeout(timer), resolve(d)));
-  });
+  return redirects.take(`${source}:${sourcePort}`);
 }
 
 /**
