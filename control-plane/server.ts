@@ -41,10 +41,9 @@ import { createTemplates, type Templates } from "./templates/wiring.js";
 import { startCommandHook } from "./templates/start-command.js";
 import { Transport } from "./transport/transport.js";
 import { setting } from "./settings.js";
-import { NODE_ONLY_MESSAGE, NodeHeartbeat, takeNodeToken } from "./fleet/node-agent.js";
+import { NODE_ONLY_MESSAGE, takeNodeToken } from "./fleet/node-agent.js";
+import { startNodePresence } from "./fleet/node-presence.js";
 import { inCluster } from "./fleet/kubernetes-client.js";
-import { KubernetesCordonFollower } from "./fleet/kubernetes-cordon.js";
-import { NodeLease } from "./fleet/kubernetes-lease.js";
 import { InfrastructureGuard, parseDenyList } from "./fleet/infrastructure.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
@@ -386,8 +385,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   if (opts.domain === undefined) deps.publicDomain = `localhost:${port}`;
   const wildcard = opts.host === "0.0.0.0" || opts.host === "::";
   const advertiseUrl = fleet ? (fleet.advertiseUrl ?? `http://${wildcard ? hostname() : opts.host.includes(":") ? `[${opts.host}]` : opts.host}:${port}`) : undefined;
-  const heartbeat = fleet
-    ? new NodeHeartbeat({
+  const presence = fleet
+    ? await startNodePresence({
         store,
         name: nodeName!,
         url: advertiseUrl!,
@@ -395,17 +394,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
         limits: { ...DEFAULT_LIMITS, ...opts.limits },
         imagesDir: images,
         sandboxes: () => manager.list({ states: ["creating", "running", "pausing", "paused", "resuming"] }),
+        ...(cluster ? { cluster } : {}),
         log,
       })
     : undefined;
-  await heartbeat?.start();
-  // In a Kubernetes pod: `kubectl cordon` of this host cordons the fleet node too.
-  const k8s = fleet ? cluster : undefined;
-  const cordon = k8s ? new KubernetesCordonFollower({ store, name: nodeName!, cluster: k8s, log }) : undefined;
-  await cordon?.start();
-  // ... and its liveness is a Lease the API replicas read (not only the store's heartbeat).
-  const lease = k8s ? new NodeLease({ cluster: k8s, node: nodeName!, holder: process.env.POD_NAME || hostname(), log }) : undefined;
-  await lease?.start();
   log.info(
     {
       url,
@@ -432,10 +424,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     ...(advertiseUrl ? { advertiseUrl } : {}),
     ...(front ? { certificates: () => front.certificates } : {}),
     async close() {
-      await cordon?.stop();
-      await lease?.stop();
+      await presence?.stop();
       guard?.stop();
-      await heartbeat?.stop();
       const closed = listener.close();
       front?.close();
       server.close();
