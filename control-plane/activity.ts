@@ -1,6 +1,8 @@
-// Everything the control plane records about what happens, built on the
-// activity database: events (lifecycle + envd activity), the audit log,
-// background sessions, metrics history, and the workspaces over them.
+// Everything the control plane records about what happens: events
+// (lifecycle + envd activity), the audit log and metrics history in the
+// activity history (the data dir's activity.db, or the fleet's Postgres),
+// background sessions and envd cursors in activity.db (this host's own), and
+// the workspaces over them.
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { auditActivity } from "./audit/activity-audit.js";
@@ -10,13 +12,17 @@ import { Redactor } from "./audit/redact.js";
 import { EventBus, SUBSCRIBER_QUEUE_LIMIT } from "./events/bus.js";
 import { NetworkWatch } from "./events/network-watch.js";
 import { EnvdActivityWatchers } from "./events/envd-watchers.js";
+import { EventFeed } from "./events/event-feed.js";
 import { EventLog } from "./events/event-log.js";
+import type { EventSource } from "./events/event-source.js";
 import { lifecycleToEvent } from "./events/lifecycle.js";
 import type { SandboxManager } from "./manager/sandbox-manager.js";
 import { MetricsHistory } from "./metrics/history.js";
 import { header, sample } from "./metrics/prometheus.js";
 import { SessionManager } from "./sessions/session-manager.js";
 import { ACTIVITY_DB_FILE, ActivityDb } from "./store/activity-db.js";
+import type { ActivityHistory } from "./store/activity-history.js";
+import { SqliteActivityHistory } from "./store/sqlite-activity-history.js";
 import type { EnvdRpc } from "./transport/envd-rpc.js";
 import { Workspaces } from "./workspace/workspaces.js";
 
@@ -56,9 +62,14 @@ export const DEFAULT_ACTIVITY: ActivitySettings = {
 };
 
 export interface Activity {
+  /** This host's own: sessions and envd cursors. */
   db: ActivityDb;
+  /** Events, audit entries and metric samples: activity.db's, or the fleet's Postgres. */
+  activityHistory: ActivityHistory;
   redactor: Redactor;
   bus: EventBus;
+  /** What event streams read: the bus (SQLite), or every host's events from Postgres (EventFeed). */
+  events: EventSource;
   watchers: EnvdActivityWatchers;
   audit: AuditLog;
   claims: AuditClaims;
@@ -72,12 +83,19 @@ export interface Activity {
   close(): Promise<void>;
 }
 
-export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDir: string; settings: ActivitySettings; log: Logger }): Activity {
+/**
+ * Starts recording. `history`: where events, audit entries and metric
+ * samples go when not to activity.db (the fleet's Postgres); closed with the rest.
+ */
+export async function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDir: string; settings: ActivitySettings; log: Logger; history?: ActivityHistory }): Promise<Activity> {
   const { manager, rpc, settings } = o;
   const log = o.log.child({ component: "activity" });
   const db = new ActivityDb(join(o.dataDir, ACTIVITY_DB_FILE), log);
+  const store = o.history ?? new SqliteActivityHistory(db);
   const redactor = new Redactor();
-  const bus = new EventBus(new EventLog(db, settings.eventRetentionMs), settings.subscriberQueueLimit);
+  const eventLog = new EventLog(store, settings.eventRetentionMs);
+  const bus = new EventBus(eventLog, settings.subscriberQueueLimit, store.numbers ? 0 : await eventLog.lastId());
+  const feed = store.numbers ? new EventFeed(eventLog, log, undefined, settings.subscriberQueueLimit) : undefined;
   for (const rec of manager.list()) redactor.remember(rec);
   const offLifecycle = manager.events.subscribe({}, (e) => {
     if (e.type === "created" || e.type === "resumed") redactor.remember(e.sandbox);
@@ -85,7 +103,7 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
     if (event) bus.publish(event);
     if (e.type === "killed") redactor.forget(e.sandbox.id);
   });
-  const audit = new AuditLog(db, redactor, settings.auditRetentionMs);
+  const audit = new AuditLog(store, redactor, settings.auditRetentionMs, store.numbers ? 0 : await store.lastAuditId());
   const claims = new AuditClaims();
   const watchers = new EnvdActivityWatchers({
     manager,
@@ -117,7 +135,7 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
     log,
   });
   const offAudit = auditActivity({ audit, claims, bus, lifecycle: manager.events, sessionActor: (s, id) => sessions.keyOf(s, id) });
-  const history = new MetricsHistory({ manager, rpc, db, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
+  const history = new MetricsHistory({ manager, rpc, history: store, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
   const network = new NetworkWatch({ bus, manager, log });
   if (settings.watchSandboxes) {
     watchers.start();
@@ -125,22 +143,17 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
   } else log.warn("sandbox activity is not watched (--no-sandbox-activity): no exec.* / file.* events or audit entries for what runs inside sandboxes");
   sessions.start();
   history.start();
-  const prune = () => {
-    try {
-      bus.log?.prune();
-      audit.prune();
-      history.prune();
-    } catch (err) {
-      log.error({ err }, "pruning the activity history failed");
-    }
-  };
-  prune();
+  const prune = () =>
+    Promise.all([eventLog.prune(), audit.prune(), history.prune()]).catch((err: unknown) => log.error({ err }, "pruning the activity history failed"));
+  void prune();
   const pruneTimer = setInterval(prune, HOUR);
   pruneTimer.unref();
   return {
     db,
+    activityHistory: store,
     redactor,
     bus,
+    events: feed ?? bus,
     watchers,
     audit,
     claims,
@@ -156,9 +169,9 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
       let out = header("locale2b_events_total", "counter", "Events published, by type (workspace API names).");
       for (const [type, n] of bus.published) out += sample("locale2b_events_total", { type }, n);
       out += header("locale2b_event_subscribers", "gauge", "Event stream subscribers (SSE and Connect) connected now.");
-      out += sample("locale2b_event_subscribers", {}, bus.subscriberCount);
+      out += sample("locale2b_event_subscribers", {}, bus.subscriberCount + (feed?.subscriberCount ?? 0));
       out += header("locale2b_event_subscribers_overflowed_total", "counter", "Event stream subscribers disconnected because they fell too far behind.");
-      out += sample("locale2b_event_subscribers_overflowed_total", {}, bus.overflowed);
+      out += sample("locale2b_event_subscribers_overflowed_total", {}, bus.overflowed + (feed?.overflowed ?? 0));
       out += header("locale2b_workspace_sessions_running", "gauge", "Background sessions (workspace API) running now.");
       out += sample("locale2b_workspace_sessions_running", {}, sessions.runningCount());
       return out + history.renderPrometheus();
@@ -171,6 +184,8 @@ export function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDi
       sessions.close();
       network.close();
       await watchers.close();
+      feed?.close();
+      await store.close();
       db.close();
     },
   };

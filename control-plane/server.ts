@@ -35,6 +35,7 @@ import { imagesDir } from "./images/layout.js";
 import { SqliteStore } from "./store/sqlite-store.js";
 import type { Store } from "./store/store.js";
 import { PgStore, redact } from "./store/pg-store.js";
+import { PgActivityHistory } from "./store/pg-activity-history.js";
 import { SnapshotService } from "./snapshots/snapshot-service.js";
 import { EnvdClient } from "./transport/envd-client.js";
 import { createTemplates, type Templates } from "./templates/wiring.js";
@@ -285,7 +286,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   await snapshots.start();
   snapshotsRef = snapshots;
   await templates.service.start();
-  activity = startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log });
+  // On Postgres, activity history is the fleet's (any replica reads every node's, a lost node's stays).
+  const history = opts.databaseUrl ? PgActivityHistory.open(opts.databaseUrl, log.child({ component: "activity" })) : undefined;
+  activity = await startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log, ...(history ? { history } : {}) });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.

@@ -1,4 +1,4 @@
-import type { ActivityDb } from "../store/activity-db.js";
+import type { ActivityHistory } from "../store/activity-history.js";
 import type { Redactor } from "./redact.js";
 
 /** Which surface an operation came through. */
@@ -46,36 +46,31 @@ export interface AuditQuery {
 
 /**
  * The audit log: one row per operation, kept `retentionMs`, in the activity
- * database (it survives restarts). Every string that goes in passes the
- * redactor first.
+ * history (one box's SQLite, or the fleet's Postgres; it survives restarts).
+ * Every string that goes in passes the redactor first. Entries are written in
+ * batches: a query (which flushes first) sees every entry recorded before it.
  */
 export class AuditLog {
   private lastId: number;
 
   constructor(
-    private readonly db: ActivityDb,
+    private readonly history: ActivityHistory,
     private readonly redactor: Redactor,
     readonly retentionMs: number,
+    /** The highest id already kept (where this process numbers entries: SQLite). */
+    startId = 0,
   ) {
-    this.lastId = Number(db.get<{ id: number | null }>("SELECT MAX(id) AS id FROM audit")?.id ?? 0);
+    this.lastId = startId;
   }
 
-  record(e: NewAuditEntry): AuditEntry {
+  /** Records an entry (its id is the history's where the history numbers them: Postgres). */
+  record(e: NewAuditEntry): void {
     const { time, ...rest } = e;
-    const entry: AuditEntry = { id: ++this.lastId, time: new Date(time ?? Date.now()).toISOString(), ...rest };
+    const entry: AuditEntry = { id: this.history.numbers ? 0 : ++this.lastId, time: new Date(time ?? Date.now()).toISOString(), ...rest };
     if (entry.message) entry.message = this.redactor.redact(entry.message, entry.sandbox_id);
     if (entry.details) entry.details = this.scrub(entry.details, entry.sandbox_id) as Record<string, unknown>;
-    this.db.write("INSERT INTO audit (id, time, actor, api, action, sandbox_id, result, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
-      entry.id,
-      Date.parse(entry.time),
-      entry.actor,
-      entry.api,
-      entry.action,
-      entry.sandbox_id ?? null,
-      entry.result,
-      JSON.stringify(entry),
-    ]);
-    return entry;
+    // A failed write is logged by the history.
+    this.history.addAudit(entry).catch(() => undefined);
   }
 
   private scrub(v: unknown, sandboxId: string | undefined): unknown {
@@ -87,41 +82,12 @@ export class AuditLog {
     return v;
   }
 
-  /** A page of entries, oldest first. */
-  query(q: AuditQuery): AuditEntry[] {
-    this.db.flush();
-    const where = ["id > ?"];
-    const params: (string | number)[] = [q.afterId ?? 0];
-    if (q.beforeId) {
-      where.push("id < ?");
-      params.push(q.beforeId);
-    }
-    if (q.sinceMs !== undefined) {
-      where.push("time >= ?");
-      params.push(q.sinceMs);
-    }
-    if (q.untilMs !== undefined) {
-      where.push("time < ?");
-      params.push(q.untilMs);
-    }
-    if (q.sandboxId) {
-      where.push("sandbox_id = ?");
-      params.push(q.sandboxId);
-    }
-    if (q.actor) {
-      where.push("actor = ?");
-      params.push(q.actor);
-    }
-    if (q.action) {
-      where.push("instr(action, ?) > 0");
-      params.push(q.action);
-    }
-    return this.db
-      .all<{ body: string }>(`SELECT body FROM audit WHERE ${where.join(" AND ")} ORDER BY id${q.newestFirst ? " DESC" : ""} LIMIT ${Math.max(1, Math.floor(q.limit))}`, params)
-      .map((r) => JSON.parse(r.body) as AuditEntry);
+  /** A page of entries, oldest first (newestFirst: newest first). */
+  query(q: AuditQuery): Promise<AuditEntry[]> {
+    return this.history.audit(q);
   }
 
-  prune(now = Date.now()): number {
-    return this.db.run("DELETE FROM audit WHERE time < ?", [now - this.retentionMs]);
+  prune(now = Date.now()): Promise<number> {
+    return this.history.prune("audit", now - this.retentionMs);
   }
 }

@@ -1,60 +1,46 @@
-import type { ActivityDb } from "../store/activity-db.js";
+import type { ActivityHistory } from "../store/activity-history.js";
 import type { EventFilter } from "./filter.js";
 import type { SandboxEvent } from "./types.js";
 
 /**
  * Every event, kept for `retentionMs` so that a subscriber that was
  * disconnected (it fell behind, or restarted) resumes from the last id it
- * saw, and so that a harness can fetch a sandbox's history.
+ * saw, and so that a harness can fetch a sandbox's history. Kept in the
+ * activity history: one box's SQLite, or the fleet's Postgres (where ids are
+ * fleet-wide and the history numbers them: `numbers`).
  */
 export class EventLog {
   constructor(
-    private readonly db: ActivityDb,
+    readonly history: ActivityHistory,
     readonly retentionMs: number,
   ) {}
 
-  /** The highest id ever written (ids continue from it after a restart). */
-  lastId(): number {
-    return Number(this.db.get<{ id: number | null }>("SELECT MAX(id) AS id FROM events")?.id ?? 0);
+  /** Whether the history gives events their ids (Postgres) rather than the bus (SQLite). */
+  get numbers(): boolean {
+    return this.history.numbers;
   }
 
-  append(e: SandboxEvent): void {
-    this.db.write("INSERT INTO events (id, time, type, sandbox_id, body) VALUES (?, ?, ?, ?, ?)", [
-      e.id,
-      Date.parse(e.timestamp),
-      e.event_type,
-      e.sandbox_id,
-      JSON.stringify(e),
-    ]);
+  /** The highest id ever written (ids continue from it after a restart). */
+  async lastId(): Promise<number> {
+    return (await this.history.eventIds()).newest;
+  }
+
+  /** Queues the event; resolves with its id once written. */
+  append(e: SandboxEvent): Promise<number> {
+    return this.history.addEvent(e);
   }
 
   /** Up to `limit` events with an id above `afterId` (and at or after `sinceMs`), oldest first. */
-  page(afterId: number, filter: EventFilter, limit: number, sinceMs?: number): SandboxEvent[] {
-    this.db.flush();
-    const where = ["id > ?"];
-    const params: (string | number)[] = [afterId];
-    if (sinceMs !== undefined) {
-      where.push("time >= ?");
-      params.push(sinceMs);
-    }
-    if (filter.sandboxIds) {
-      where.push(`sandbox_id IN (${[...filter.sandboxIds].map(() => "?").join(", ")})`);
-      params.push(...filter.sandboxIds);
-    }
-    if (filter.types) {
-      where.push(`type IN (${[...filter.types].map(() => "?").join(", ")})`);
-      params.push(...filter.types);
-    }
-    const rows = this.db.all<{ body: string }>(`SELECT body FROM events WHERE ${where.join(" AND ")} ORDER BY id LIMIT ${Math.max(1, Math.floor(limit))}`, params);
-    return rows.map((r) => JSON.parse(r.body) as SandboxEvent);
+  page(afterId: number, filter: EventFilter, limit: number, sinceMs?: number): Promise<SandboxEvent[]> {
+    return this.history.events({ afterId, filter, limit, ...(sinceMs !== undefined ? { sinceMs } : {}) });
   }
 
   /** The oldest id still kept (0 when empty). */
-  oldestId(): number {
-    return Number(this.db.get<{ id: number | null }>("SELECT MIN(id) AS id FROM events")?.id ?? 0);
+  async oldestId(): Promise<number> {
+    return (await this.history.eventIds()).oldest;
   }
 
-  prune(now = Date.now()): number {
-    return this.db.run("DELETE FROM events WHERE time < ?", [now - this.retentionMs]);
+  prune(now = Date.now()): Promise<number> {
+    return this.history.prune("events", now - this.retentionMs);
   }
 }

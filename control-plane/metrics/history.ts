@@ -2,7 +2,7 @@ import { readFileSync, readlinkSync } from "node:fs";
 import type { Logger } from "pino";
 import { ActivityService } from "../../gen/ts/locale2b/envd/v1/activity_pb.js";
 import type { SandboxManager } from "../manager/sandbox-manager.js";
-import type { ActivityDb } from "../store/activity-db.js";
+import type { ActivityHistory } from "../store/activity-history.js";
 import type { EnvdRpc } from "../transport/envd-rpc.js";
 import { header, sample } from "./prometheus.js";
 
@@ -63,7 +63,7 @@ export class MetricsHistory {
     private readonly o: {
       manager: SandboxManager;
       rpc: EnvdRpc;
-      db: ActivityDb;
+      history: ActivityHistory;
       intervalMs: number;
       retentionMs: number;
       log: Logger;
@@ -80,7 +80,7 @@ export class MetricsHistory {
       this.running ??= this.sampleAll().finally(() => (this.running = undefined));
     }, this.o.intervalMs);
     this.timer.unref();
-    this.pruneTimer = setInterval(() => this.prune(), Math.min(3_600_000, Math.max(60_000, this.o.retentionMs / 10)));
+    this.pruneTimer = setInterval(() => this.prune().catch((err: unknown) => this.o.log.warn({ err }, "pruning the metrics history failed")), Math.min(3_600_000, Math.max(60_000, this.o.retentionMs / 10)));
     this.pruneTimer.unref();
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "killed") this.latest.delete(e.sandbox.id);
@@ -124,7 +124,7 @@ export class MetricsHistory {
         netTxBytes: counters && !sharedNet ? Number(counters.netTxBytes) : null,
       };
       this.latest.set(id, s);
-      this.o.db.write("INSERT OR REPLACE INTO metric_samples (sandbox_id, time, body) VALUES (?, ?, ?)", [id, s.time, JSON.stringify(s)]);
+      this.o.history.addSample(id, s);
       return s;
     } catch (err) {
       this.o.log.debug({ sandboxId: id, err: (err as Error).message }, "metrics sample failed");
@@ -133,11 +133,8 @@ export class MetricsHistory {
   }
 
   /** Samples of a sandbox from `fromMs` to `toMs` (inclusive), oldest first. */
-  range(sandboxId: string, fromMs: number, toMs: number, limit = 10_000): MetricSample[] {
-    this.o.db.flush();
-    return this.o.db
-      .all<{ body: string }>(`SELECT body FROM metric_samples WHERE sandbox_id = ? AND time >= ? AND time <= ? ORDER BY time LIMIT ${limit}`, [sandboxId, fromMs, toMs])
-      .map((r) => JSON.parse(r.body) as MetricSample);
+  range(sandboxId: string, fromMs: number, toMs: number, limit = 10_000): Promise<MetricSample[]> {
+    return this.o.history.samples(sandboxId, fromMs, toMs, limit);
   }
 
   /** The newest sample taken since this server started, if any. */
@@ -145,8 +142,8 @@ export class MetricsHistory {
     return this.latest.get(sandboxId);
   }
 
-  prune(now = Date.now()): void {
-    this.o.db.run("DELETE FROM metric_samples WHERE time < ?", [now - this.o.retentionMs]);
+  prune(now = Date.now()): Promise<number> {
+    return this.o.history.prune("samples", now - this.o.retentionMs);
   }
 
   /** The latest sample of each live sandbox, as Prometheus series. */

@@ -108,4 +108,38 @@ export const PG_MIGRATIONS: Migration[] = [
        )`,
     ],
   },
+  {
+    version: 6,
+    name: "activity history: events (fleet-wide ids), audit entries, metric samples",
+    statements: [
+      `CREATE TABLE events (
+         id BIGSERIAL PRIMARY KEY,
+         time BIGINT NOT NULL,
+         type TEXT NOT NULL,
+         sandbox_id TEXT NOT NULL,
+         body TEXT NOT NULL
+       )`,
+      "CREATE INDEX events_time ON events(time)",
+      "CREATE INDEX events_sandbox ON events(sandbox_id, id)",
+      `CREATE TABLE audit (
+         id BIGSERIAL PRIMARY KEY,
+         time BIGINT NOT NULL,
+         actor TEXT NOT NULL,
+         api TEXT NOT NULL,
+         action TEXT NOT NULL,
+         sandbox_id TEXT,
+         result TEXT NOT NULL,
+         body TEXT NOT NULL
+       )`,
+      "CREATE INDEX audit_time ON audit(time)",
+      "CREATE INDEX audit_sandbox ON audit(sandbox_id, id)",
+      `CREATE TABLE metric_samples (
+         sandbox_id TEXT NOT NULL,
+         time BIGINT NOT NULL,
+         body TEXT NOT NULL,
+         PRIMARY KEY (sandbox_id, time)
+       )`,
+      "CREATE INDEX metric_samples_time ON metric_samples(time)",
+    ],
+  },
 ];

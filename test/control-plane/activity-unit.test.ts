@@ -18,6 +18,7 @@ import type { SandboxRecord } from "../../control-plane/domain/sandbox.js";
 import { OutputSpool } from "../../control-plane/sessions/output-spool.js";
 import { incompleteUtf8Tail } from "../../control-plane/sessions/session.js";
 import { ActivityDb } from "../../control-plane/store/activity-db.js";
+import { SqliteActivityHistory } from "../../control-plane/store/sqlite-activity-history.js";
 import { sandboxPath } from "../../control-plane/api/workspace/paths.js";
 
 const dirs: string[] = [];
@@ -116,19 +117,20 @@ describe("ActivityDb", () => {
 });
 
 describe("EventBus", () => {
-  it("numbers events, logs them, continues the numbering after a restart, and replays pages", () => {
+  it("numbers events, logs them, continues the numbering after a restart, and replays pages", async () => {
     const path = join(tmp(), "a.db");
     let db = new ActivityDb(path, log);
-    let bus = new EventBus(new EventLog(db, 3_600_000));
+    let bus = new EventBus(new EventLog(new SqliteActivityHistory(db), 3_600_000));
     bus.publish({ event_type: "sandbox.created", sandbox_id: "a" });
     bus.publish({ event_type: "exec.started", sandbox_id: "b", command: "ls" });
     db.close();
     db = new ActivityDb(path, log);
-    bus = new EventBus(new EventLog(db, 3_600_000));
+    const eventLog = new EventLog(new SqliteActivityHistory(db), 3_600_000);
+    bus = new EventBus(eventLog, undefined, await eventLog.lastId());
     const third = bus.publish({ event_type: "file.read", sandbox_id: "a", path: "/x", bytes: 3 });
     expect(third.id).toBe(3);
-    expect(bus.log!.page(0, {}, 10).map((e) => e.id)).toEqual([1, 2, 3]);
-    expect(bus.log!.page(1, eventFilter(["a"], []), 10).map((e) => e.id)).toEqual([3]);
+    expect((await bus.log!.page(0, {}, 10)).map((e) => e.id)).toEqual([1, 2, 3]);
+    expect((await bus.log!.page(1, eventFilter(["a"], []), 10)).map((e) => e.id)).toEqual([3]);
     db.close();
   });
 
@@ -265,13 +267,13 @@ describe("secrets", () => {
     expect(r.redact("sk-live-123456", "sbx")).toBe("sk-live-123456");
   });
 
-  it("the audit log redacts messages and every string in details", () => {
+  it("the audit log redacts messages and every string in details", async () => {
     const db = new ActivityDb(join(tmp(), "a.db"), log);
     const r = new Redactor();
     r.remember(rec);
-    const audit = new AuditLog(db, r, 3_600_000);
+    const audit = new AuditLog(new SqliteActivityHistory(db), r, 3_600_000);
     audit.record({ actor: "key_1", api: "workspace", action: "POST /x", sandbox_id: "sbx", result: "error", message: "bad sk-live-123456", details: { command: "echo marked-secret-value", nested: ["envd-token-0123456789"] } });
-    const [e] = audit.query({ limit: 10 });
+    const [e] = await audit.query({ limit: 10 });
     expect(JSON.stringify(e)).not.toMatch(/sk-live|marked-secret|envd-token/);
     expect(e).toMatchObject({ id: 1, actor: "key_1", message: `bad ${REDACTED}`, details: { command: `echo ${REDACTED}`, nested: [REDACTED] } });
     db.close();

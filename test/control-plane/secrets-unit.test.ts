@@ -16,6 +16,7 @@ import { resolveSecretPlaceholders } from "../../control-plane/secrets/placehold
 import { keySource, loadKey, parseKey } from "../../control-plane/secrets/secret-key.js";
 import { SecretService } from "../../control-plane/secrets/secret-service.js";
 import { ActivityDb } from "../../control-plane/store/activity-db.js";
+import { SqliteActivityHistory } from "../../control-plane/store/sqlite-activity-history.js";
 import { SqliteStore } from "../../control-plane/store/sqlite-store.js";
 
 const log = pino({ level: "silent" });
@@ -154,7 +155,7 @@ describe("placeholders (for the egress proxy)", () => {
     const { secrets, dir } = service();
     const db = new ActivityDb(join(dir, "activity.db"), log);
     closers.push(() => db.close());
-    const audit = new AuditLog(db, new Redactor(), 60_000);
+    const audit = new AuditLog(new SqliteActivityHistory(db), new Redactor(), 60_000);
     const s = await secrets.create(TEAM, "openai-key", "sk-first-value", undefined);
     await secrets.create(TEAM, "org", "org-123", undefined);
     expect((await resolveSecretPlaceholders(secrets, TEAM, "Bearer ${e2b.secrets.openai-key}")).value).toBe("Bearer sk-first-value");
@@ -166,7 +167,7 @@ describe("placeholders (for the egress proxy)", () => {
       expect.objectContaining({ name: "org", version: 1 }),
     ]);
     db.flush();
-    const entries = audit.query({ limit: 10 });
+    const entries = await audit.query({ limit: 10 });
     expect(entries.map((e) => [e.action, e.details?.name, e.details?.version])).toEqual(expect.arrayContaining([
       ["secret.used", "openai-key", 2],
       ["secret.used", "org", 1],

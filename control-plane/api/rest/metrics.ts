@@ -38,7 +38,7 @@ async function sandboxMetrics({ res, params, query, deps }: RestContext): Promis
   const fromMs = start !== undefined ? start * 1000 : rec.startedAt - 1000;
   // `end` is a whole second: it covers that second.
   const toMs = end !== undefined ? end * 1000 + 999 : now;
-  const samples = deps.history.range(rec.id, fromMs, toMs);
+  const samples = await deps.history.range(rec.id, fromMs, toMs);
   if (samples.length === 0 && toMs >= now - deps.history.intervalMs && rec.state === "running") {
     const s = await deps.history.sampleOne(rec.id);
     if (s) samples.push(s);

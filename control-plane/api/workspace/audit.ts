@@ -37,7 +37,7 @@ export async function exportAudit({ res, query, deps, signal }: WsContext): Prom
   let beforeId = 0;
   let left = limit;
   while (left > 0 && !signal.aborted) {
-    const page: AuditEntry[] = deps.audit.query({
+    const page: AuditEntry[] = await deps.audit.query({
       ...(newestFirst ? { beforeId, newestFirst } : { afterId }),
       limit: Math.min(1000, left),
       ...(sinceMs !== undefined ? { sinceMs } : {}),

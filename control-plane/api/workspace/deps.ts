@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import type { AuditLog } from "../../audit/audit-log.js";
 import type { AuditClaims } from "../../audit/claims.js";
 import type { Redactor } from "../../audit/redact.js";
-import type { EventBus } from "../../events/bus.js";
+import type { EventSource } from "../../events/event-source.js";
 import type { EnvdActivityWatchers } from "../../events/envd-watchers.js";
 import type { SandboxManager } from "../../manager/sandbox-manager.js";
 import type { MetricsHistory } from "../../metrics/history.js";
@@ -28,7 +28,8 @@ export interface WorkspaceDeps {
   rpc: EnvdRpc;
   workspaces: Workspaces;
   sessions: SessionManager;
-  bus: EventBus;
+  /** What event streams and the event list read (one box: the bus; on Postgres: every host's events). */
+  events: EventSource;
   watchers: EnvdActivityWatchers;
   audit: AuditLog;
   claims: AuditClaims;

@@ -30,7 +30,7 @@ export async function listEvents({ res, query, deps }: WsContext): Promise<void>
   const sinceMs = timeQuery(query, "since");
   const limit = idQuery(query.get("limit"), "limit") ?? 1000;
   if (limit < 1 || limit > 10_000) throw new WsError(400, "invalid_request", "limit must be from 1 to 10000");
-  const events = deps.bus.log?.page(afterId, filter, limit, sinceMs) ?? [];
+  const events = (await deps.events.log?.page(afterId, filter, limit, sinceMs)) ?? [];
   sendJson(res, 200, { events, next_since_id: events.at(-1)?.id ?? afterId });
 }
 
@@ -51,25 +51,29 @@ export async function streamEvents({ req, res, query, deps, signal }: WsContext)
   const filter = filterOf(query);
   const lastHeader = req.headers["last-event-id"];
   const resumeFrom = idQuery(query.get("since_id") ?? (typeof lastHeader === "string" ? lastHeader : undefined), "since_id (or Last-Event-ID)");
-  const sub = deps.bus.subscribe(filter);
-  const startId = deps.bus.currentId;
+  const sub = deps.events.subscribe(filter);
+  const startId = await deps.events.currentId().catch((err: unknown) => {
+    sub.close();
+    throw err;
+  });
   const sse = new SseWriter(res, signal);
   sub.onOverflow = () => {
-    deps.bus.noteOverflow();
+    deps.events.noteOverflow();
     deps.log.warn({ filter: { sandbox_ids: filter.sandboxIds && [...filter.sandboxIds], types: filter.types && [...filter.types] } }, "event stream subscriber fell too far behind: disconnected (it can resume with Last-Event-ID)");
     sse.destroy();
   };
   try {
     await sse.send("subscribed", { last_id: startId });
     let sent = resumeFrom ?? startId;
-    if (resumeFrom !== undefined && deps.bus.log) {
-      const oldest = deps.bus.log.oldestId();
+    const log = deps.events.log;
+    if (resumeFrom !== undefined && log) {
+      const oldest = await log.oldestId();
       if (oldest > resumeFrom + 1 && resumeFrom < startId) {
         await sse.send("gap", { after_id: resumeFrom, oldest_id: oldest, message: `events ${resumeFrom + 1} to ${oldest - 1} are older than the event log keeps (serve --event-retention-hours)` });
       }
       // Replay the log up to where the live queue starts.
       while (sent < startId && !sse.closed) {
-        const page: SandboxEvent[] = deps.bus.log.page(sent, filter, 500).filter((e) => e.id <= startId);
+        const page: SandboxEvent[] = (await log.page(sent, filter, 500)).filter((e) => e.id <= startId);
         if (page.length === 0) break;
         for (const e of page) if (!(await sse.send(e.event_type, e, e.id))) return;
         sent = page.at(-1)!.id;

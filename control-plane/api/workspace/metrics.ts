@@ -46,6 +46,6 @@ export async function sandboxMetrics({ res, params, query, deps }: WsContext): P
     status: rec.state === "running" ? "running" : rec.state,
     ...(current ? toJson(current) : { timestamp: null }),
     interval_seconds: deps.history.intervalMs / 1000,
-    samples: deps.history.range(rec.id, start, end).map(toJson),
+    samples: (await deps.history.range(rec.id, start, end)).map(toJson),
   });
 }
