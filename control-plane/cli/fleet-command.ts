@@ -7,6 +7,7 @@ import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { startFleetApi } from "../fleet/api-server.js";
 import { inCluster } from "../fleet/kubernetes-client.js";
 import { KubernetesNodes } from "../fleet/kubernetes-nodes.js";
+import { PgActivityHistory } from "../store/pg-activity-history.js";
 import { PgStore } from "../store/pg-store.js";
 import { keySource } from "../secrets/secret-key.js";
 import { setting } from "../settings.js";
@@ -107,12 +108,15 @@ export async function runApiCommand(args: string[]): Promise<number> {
   const cluster = inCluster();
   const kubernetes = cluster ? new KubernetesNodes({ cluster, log }) : undefined;
   await kubernetes?.start();
+  // Events, audit entries and metrics history: every node's, read from Postgres.
+  const history = PgActivityHistory.open(databaseUrl, log.child({ component: "activity" }));
   let api;
   try {
     const secretsKey = keySource(undefined, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") });
-    api = await startFleetApi({ host, port, store, nodeToken: token, secretsKey, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
+    api = await startFleetApi({ host, port, store, history, nodeToken: token, secretsKey, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
   } catch (err) {
     await kubernetes?.stop();
+    await history.close();
     await store.close();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE") throw new CliError(`port ${port} on ${host} is in use: pick another with --port`);
     throw err;
@@ -135,6 +139,7 @@ export async function runApiCommand(args: string[]): Promise<number> {
   });
   await api.close();
   await kubernetes?.stop();
+  await history.close();
   await store.close();
   return 0;
 }

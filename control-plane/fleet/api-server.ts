@@ -26,6 +26,8 @@ import type { KubernetesNodes } from "./kubernetes-nodes.js";
 import { sendError, sendJson, type Json } from "./respond.js";
 import { workspaceRoutes } from "./workspace-routes.js";
 import { FleetCreates } from "./create-routes.js";
+import { fleetHistory } from "./history-routes.js";
+import type { ActivityHistory } from "../store/activity-history.js";
 import { registerFleetConnect, type FleetView } from "./connect-api.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectAdapter } from "../../envd/server/connect-adapter.js";
@@ -40,6 +42,8 @@ export interface FleetApiOptions {
   host: string;
   port: number;
   store: Store;
+  /** Events, audit entries and metrics history: every node's, in the fleet's Postgres. */
+  history: ActivityHistory;
   /** The node token: every request to a node carries it. */
   nodeToken: string;
   /** `<port>-<id>.<domain>` hosts (the nodes' --domain must be the same). */
@@ -188,16 +192,6 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     sendJson(res, 200, page, headers);
   };
 
-  /** GET /sandboxes/metrics?sandbox_ids=…: each node's answer for its own sandboxes, merged. */
-  const manyMetrics = async (req: IncomingMessage, res: ServerResponse) => {
-    const answers = await Promise.all((await readNodes()).filter(live).map((n) => call(n, req, req.url ?? "/").catch(() => undefined)));
-    const bad = answers.find((a) => a && a.status !== 200);
-    if (bad) return void res.writeHead(bad.status, { "content-type": "application/json" }).end(bad.body);
-    const sandboxes: Json = {};
-    for (const a of answers) if (a) Object.assign(sandboxes, (JSON.parse(a.body.toString("utf8")) as { sandboxes: Json }).sandboxes);
-    sendJson(res, 200, { sandboxes });
-  };
-
   const sandboxRequest = async (req: IncomingMessage, res: ServerResponse, sandboxId: string, proxy: boolean) => {
     const where = await locate(sandboxId);
     if (!where) {
@@ -219,7 +213,8 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
     ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
   });
 
-  const workspace = workspaceRoutes({ store, log, readNodes, live, locate, lostMessage, forward, call, readBody: (req) => creates.readBody(req), createAsk: (t) => creates.ask(t), placeCreate: (...a) => creates.send(...a), agentFor, nodeHeaders });
+  const history = fleetHistory({ store, history: o.history, log, readNodes, live, forward, call });
+  const workspace = workspaceRoutes({ store, history, readNodes, live, locate, lostMessage, forward, call, readBody: (req) => creates.readBody(req), createAsk: (t) => creates.ask(t), placeCreate: (...a) => creates.send(...a) });
 
   const rest = async (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? "/").split("?")[0]!;
@@ -257,7 +252,9 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
         if (req.method === "POST") return creates.create(req, res);
         if (req.method === "GET") return list(req, res, path.startsWith("/v2/"));
       } else if (id === "metrics" && !rest && req.method === "GET") {
-        return manyMetrics(req, res);
+        return history.manyMetrics(req, res);
+      } else if (rest === "/metrics" && req.method === "GET") {
+        return history.sandboxMetrics(req, res, id);
       } else {
         return sandboxRequest(req, res, id, false);
       }
@@ -365,6 +362,7 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       server.close();
       await closed;
       for (const a of agents.values()) a.destroy();
+      history.close();
       metrics.close();
     },
   };

@@ -5,7 +5,7 @@ import type { MetricSample } from "../../metrics/history.js";
 import { toMetric } from "./serialize.js";
 
 /** A history sample as E2B's SandboxMetric. */
-function sampleToMetric(s: MetricSample): Record<string, unknown> {
+export function sampleToMetric(s: MetricSample): Record<string, unknown> {
   return toMetric(
     { cpuCount: s.cpuCount, cpuUsedPct: s.cpuUsedPct, memUsedBytes: s.memUsed, memTotalBytes: s.memTotal, diskUsedBytes: s.diskUsed, diskTotalBytes: s.diskTotal },
     s.time,
@@ -19,35 +19,21 @@ function unixSeconds(query: URLSearchParams, name: string): number | undefined {
   return Number(raw);
 }
 
-/**
- * GET /sandboxes/{id}/metrics[?start=&end=] (unix seconds): the samples of
- * the metrics history in that range (default: from the sandbox's start to
- * now), oldest first. A range that reaches now but has no sample yet (a
- * sandbox younger than the sampling interval) gets one taken now.
- */
-async function sandboxMetrics({ res, params, query, deps }: RestContext): Promise<void> {
+/** `start` and `end` (unix seconds) as checked (400 when bad); undefined where not given. */
+export function metricsRangeQuery(query: URLSearchParams): { start?: number; end?: number } {
   const start = unixSeconds(query, "start");
   const end = unixSeconds(query, "end");
   if (start !== undefined && end !== undefined && start > end) throw new HttpError(400, `start (${start}) is after end (${end})`);
-  const rec = deps.manager.get(params.sandboxID!);
-  if (!deps.history) {
-    sendJson(res, 200, [toMetric((await deps.manager.stats(rec.id)).stats)]);
-    return;
-  }
-  const now = Date.now();
-  const fromMs = start !== undefined ? start * 1000 : rec.startedAt - 1000;
-  // `end` is a whole second: it covers that second.
-  const toMs = end !== undefined ? end * 1000 + 999 : now;
-  const samples = await deps.history.range(rec.id, fromMs, toMs);
-  if (samples.length === 0 && toMs >= now - deps.history.intervalMs && rec.state === "running") {
-    const s = await deps.history.sampleOne(rec.id);
-    if (s) samples.push(s);
-  }
-  sendJson(res, 200, samples.map(sampleToMetric));
+  return { ...(start !== undefined ? { start } : {}), ...(end !== undefined ? { end } : {}) };
 }
 
-/** GET /sandboxes/metrics?sandbox_ids=a,b: the latest sample of each existing sandbox (unknown ids are left out). */
-async function manyMetrics({ res, query, deps }: RestContext): Promise<void> {
+/** The range in ms a metrics query covers: from the sandbox's start (default) to now (default); `end` covers its whole second. */
+export function metricsRangeMs(q: { start?: number; end?: number }, startedAt: number, now: number): { fromMs: number; toMs: number } {
+  return { fromMs: q.start !== undefined ? q.start * 1000 : startedAt - 1000, toMs: q.end !== undefined ? q.end * 1000 + 999 : now };
+}
+
+/** The sandbox ids of GET /sandboxes/metrics (400 when none or more than 100). */
+export function metricsIdsQuery(query: URLSearchParams): string[] {
   const ids = [
     ...new Set(
       query
@@ -59,6 +45,35 @@ async function manyMetrics({ res, query, deps }: RestContext): Promise<void> {
   ];
   if (ids.length === 0) throw new HttpError(400, "query parameter 'sandbox_ids' is required (comma-separated sandbox ids)");
   if (ids.length > 100) throw new HttpError(400, `at most 100 sandbox_ids per request, got ${ids.length}`);
+  return ids;
+}
+
+/**
+ * GET /sandboxes/{id}/metrics[?start=&end=] (unix seconds): the samples of
+ * the metrics history in that range (default: from the sandbox's start to
+ * now), oldest first. A range that reaches now but has no sample yet (a
+ * sandbox younger than the sampling interval) gets one taken now.
+ */
+async function sandboxMetrics({ res, params, query, deps }: RestContext): Promise<void> {
+  const range = metricsRangeQuery(query);
+  const rec = deps.manager.get(params.sandboxID!);
+  if (!deps.history) {
+    sendJson(res, 200, [toMetric((await deps.manager.stats(rec.id)).stats)]);
+    return;
+  }
+  const now = Date.now();
+  const { fromMs, toMs } = metricsRangeMs(range, rec.startedAt, now);
+  const samples = await deps.history.range(rec.id, fromMs, toMs);
+  if (samples.length === 0 && toMs >= now - deps.history.intervalMs && rec.state === "running") {
+    const s = await deps.history.sampleOne(rec.id);
+    if (s) samples.push(s);
+  }
+  sendJson(res, 200, samples.map(sampleToMetric));
+}
+
+/** GET /sandboxes/metrics?sandbox_ids=a,b: the latest sample of each existing sandbox (unknown ids are left out). */
+async function manyMetrics({ res, query, deps }: RestContext): Promise<void> {
+  const ids = metricsIdsQuery(query);
   const sandboxes: Record<string, unknown> = {};
   await Promise.all(
     ids.map(async (id) => {

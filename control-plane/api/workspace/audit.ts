@@ -1,5 +1,5 @@
 import { AUDIT_CSV_HEADER, auditCsvRow } from "../../audit/audit-csv.js";
-import type { AuditEntry } from "../../audit/audit-log.js";
+import type { AuditEntry, AuditLog } from "../../audit/audit-log.js";
 import type { WsContext } from "./context.js";
 import { WsError } from "./errors.js";
 import { timeQuery } from "./metrics.js";
@@ -11,7 +11,7 @@ import { timeQuery } from "./metrics.js";
  * streamed page by page with back-pressure. `action` keeps the entries whose
  * action contains it. `locale2b audit export` is this route.
  */
-export async function exportAudit({ res, query, deps, signal }: WsContext): Promise<void> {
+export async function exportAudit({ res, query, deps, signal }: Pick<WsContext, "res" | "query" | "signal"> & { deps: { audit: Pick<AuditLog, "query"> } }): Promise<void> {
   const sinceMs = timeQuery(query, "since");
   const untilMs = timeQuery(query, "until");
   const rawLimit = query.get("limit");

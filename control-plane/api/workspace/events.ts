@@ -1,9 +1,13 @@
 import { eventFilter, EventFilterError, listValues, type EventFilter } from "../../events/filter.js";
 import type { SandboxEvent } from "../../events/types.js";
 import type { WsContext } from "./context.js";
+import type { WorkspaceDeps } from "./deps.js";
 import { sendJson, WsError } from "./errors.js";
 import { timeQuery } from "./metrics.js";
 import { SseWriter } from "./sse.js";
+
+/** What the event routes use: a fleet API replica serves them from Postgres with only these. */
+export type EventsContext = Pick<WsContext, "req" | "res" | "query" | "signal"> & { deps: Pick<WorkspaceDeps, "events" | "log"> };
 
 function filterOf(q: URLSearchParams): EventFilter {
   try {
@@ -24,7 +28,7 @@ function idQuery(raw: string | null | undefined, name: string): number | undefin
  * GET /events[?sandbox_id=&event_type=&since_id=&since=&limit=]: past
  * events from the event log, oldest first: {events, next_since_id}.
  */
-export async function listEvents({ res, query, deps }: WsContext): Promise<void> {
+export async function listEvents({ res, query, deps }: EventsContext): Promise<void> {
   const filter = filterOf(query);
   const afterId = idQuery(query.get("since_id"), "since_id") ?? 0;
   const sinceMs = timeQuery(query, "since");
@@ -47,7 +51,7 @@ export async function listEvents({ res, query, deps }: WsContext): Promise<void>
  * resumes from the log. A stalled consumer costs the server at most that
  * queue and one socket buffer, however much happens meanwhile.
  */
-export async function streamEvents({ req, res, query, deps, signal }: WsContext): Promise<void> {
+export async function streamEvents({ req, res, query, deps, signal }: EventsContext): Promise<void> {
   const filter = filterOf(query);
   const lastHeader = req.headers["last-event-id"];
   const resumeFrom = idQuery(query.get("since_id") ?? (typeof lastHeader === "string" ? lastHeader : undefined), "since_id (or Last-Event-ID)");
