@@ -90,10 +90,21 @@ export class PgActivityHistory implements ActivityHistory {
     this.schedule();
   }
 
+  /**
+   * Writes what is queued now, and what writing it queues: a written event
+   * is handed to in-process listeners, and the audit entry one of them
+   * records is written too before this resolves (as one box's flush sees it).
+   */
   flush(): Promise<void> {
     clearTimeout(this.timer);
     this.timer = undefined;
-    this.writing = this.writing.then(() => this.writeBatch());
+    this.writing = this.writing.then(async () => {
+      // Events queue audit entries, never the reverse: a few rounds at most, however busy the host.
+      for (let round = 0; round < 3 && this.queued() > 0; round++) {
+        await this.writeBatch();
+        await null;
+      }
+    });
     return this.writing;
   }
 

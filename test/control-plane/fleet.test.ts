@@ -279,7 +279,7 @@ EOF`,
     await again.kill();
   }, 120_000);
 
-  it("the workspace API through the replicas: a workspace finds its sandbox through either, exec and files on its node, lists, events and audit across nodes", async () => {
+  it("the workspace API through the replicas: a workspace finds its sandbox through either, exec and files on its node, lists; events (paged, streamed, resumed) and audit of both nodes from Postgres", async () => {
     const ws = async (api: Served, method: string, path: string, body?: unknown) => {
       const r = await fetch(`${api.url}/workspace${path}`, { method, headers: { "x-api-key": key, ...(body ? { "content-type": "application/json" } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
       const text = await r.text();
@@ -298,41 +298,106 @@ EOF`,
     expect(ran.json).toMatchObject({ stdout: "kept\n42\n", exit_code: 0 });
     const listed = (await ws(api2, "GET", "/sandboxes")).json.sandboxes as { sandbox_id: string }[];
     expect(listed.map((x) => x.sandbox_id)).toEqual(expect.arrayContaining([id, other.json.sandbox_id]));
-    // A sandbox's activity reaches its node's event log a moment after the exec answers: read until it is there.
+    const otherId = other.json.sandbox_id as string;
+    // Both nodes write their events to Postgres a moment (a batch) after the exec answers: read until they are there.
+    type Ev = { id: number; event_type: string; sandbox_id: string; command?: string };
     const events = await until("the exec in the sandbox's events", async () => {
-      const got = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as { event_type: string }[];
+      const got = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as Ev[];
       return got.some((e) => e.event_type === "exec.started") ? got : undefined;
     });
     expect(events.map((e) => e.event_type)).toEqual(expect.arrayContaining(["sandbox.created", "exec.started"]));
-    expect((await ws(api1, "GET", "/events")).status).toBe(400);
-    // The event stream of the whole fleet: both nodes' exec events on one stream.
-    const ac = new AbortController();
-    const stream = await fetch(`${api1.url}/workspace/events/stream?event_type=exec.completed`, { headers: { "x-api-key": key }, signal: ac.signal });
-    expect(stream.headers.get("content-type")).toMatch(/text\/event-stream/);
-    const reader = stream.body!.getReader();
-    let text = "";
-    const reading = (async () => {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;
-        text += Buffer.from(value).toString("utf8");
-        if (text.includes(id) && text.includes(other.json.sandbox_id as string)) return;
-      }
-    })();
-    await until("both streams subscribed", async () => (text.split("event: subscribed").length > 2 ? true : undefined));
-    for (const sid of [id, other.json.sandbox_id as string]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "true" });
-    await Promise.race([reading, new Promise((r) => setTimeout(r, 30_000))]);
-    ac.abort();
-    expect(text).toContain(id);
-    expect(text).toContain(other.json.sandbox_id as string);
-    expect(text).not.toMatch(/^id:/m);
-    // Both nodes' audit logs in one export (entries are written in batches: read until both are there).
+    // Without sandbox_id: the whole fleet's events, one numbering, in order, paged by id.
+    const fleetWide = (await ws(api1, "GET", "/events?limit=10000")).json.events as Ev[];
+    const ids = fleetWide.map((e) => e.id);
+    expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    expect(new Set(ids).size).toBe(ids.length);
+    for (const sid of [id, otherId]) expect(fleetWide.some((e) => e.sandbox_id === sid && e.event_type === "sandbox.created")).toBe(true);
+    const paged = await ws(api2, "GET", `/events?since_id=${ids[1]}&limit=2`);
+    expect((paged.json.events as Ev[]).map((e) => e.id)).toEqual(ids.slice(2, 4));
+    expect(paged.json.next_since_id).toBe(ids[3]);
+    // Bad ids and times: 400, saying what is wrong.
+    for (const [path, message] of [
+      ["/events?since_id=abc", /since_id must be an event id/],
+      ["/events?limit=0", /limit must be from 1 to 10000/],
+      ["/events?since=yesterday", /query 'since' must be unix seconds or an ISO 8601 time/],
+      ["/audit?since=later", /query 'since' must be unix seconds or an ISO 8601 time/],
+      ["/audit?format=xml", /format must be jsonl/],
+      ["/events?event_type=exec.nope", /unknown event type 'exec.nope'/],
+    ] as const) {
+      const bad = await ws(api1, "GET", path);
+      expect(bad.status, path).toBe(400);
+      expect(bad.json.message, path).toMatch(message);
+    }
+    const badResume = await fetch(`${api1.url}/workspace/events/stream`, { headers: { "x-api-key": key, "last-event-id": "nope" } });
+    expect(badResume.status).toBe(400);
+    expect(((await badResume.json()) as { message: string }).message).toMatch(/since_id \(or Last-Event-ID\) must be an event id/);
+
+    // The fleet's event stream: both nodes' exec events on one stream, with their ids.
+    type Sse = { id: number; event: string; data: Ev & { last_id?: number } };
+    const openStream = async (api: Served, lastEventId?: number) => {
+      const ac = new AbortController();
+      const res = await fetch(`${api.url}/workspace/events/stream?event_type=exec.completed`, { headers: { "x-api-key": key, ...(lastEventId !== undefined ? { "last-event-id": String(lastEventId) } : {}) }, signal: ac.signal });
+      expect(res.headers.get("content-type")).toMatch(/text\/event-stream/);
+      const reader = res.body!.getReader();
+      const got: Sse[] = [];
+      let buf = "";
+      const next = async (pred: (e: Sse) => boolean): Promise<Sse> => {
+        for (;;) {
+          const found = got.findIndex(pred);
+          if (found >= 0) return got.splice(found, 1)[0]!;
+          const { value, done } = await reader.read();
+          if (done) throw new Error("the event stream ended");
+          buf += Buffer.from(value).toString("utf8");
+          let end: number;
+          while ((end = buf.indexOf("\n\n")) >= 0) {
+            const block = buf.slice(0, end).split("\n");
+            buf = buf.slice(end + 2);
+            const field = (k: string) => block.find((l) => l.startsWith(`${k}: `))?.slice(k.length + 2);
+            if (field("event")) got.push({ id: Number(field("id") ?? NaN), event: field("event")!, data: JSON.parse(field("data") ?? "null") as Sse["data"] });
+          }
+        }
+      };
+      return { next, close: () => ac.abort() };
+    };
+    const live = await openStream(api1);
+    const hello = await live.next((e) => e.event === "subscribed");
+    for (const sid of [id, otherId]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo live" });
+    const seen = [await live.next((e) => e.event === "exec.completed"), await live.next((e) => e.event === "exec.completed")];
+    expect(seen.map((e) => e.data.sandbox_id).sort()).toEqual([id, otherId].sort());
+    for (const e of seen) {
+      expect(e.id).toBe(e.data.id);
+      expect(e.id).toBeGreaterThan(hello.data.last_id!);
+    }
+    expect(seen[1]!.id).toBeGreaterThan(seen[0]!.id);
+    live.close();
+    // Disconnected: more happens on both nodes. Resumed through the other replica with Last-Event-ID: exactly what was missed.
+    for (const sid of [id, otherId]) for (const n of [1, 2]) await ws(api1, "POST", `/sandboxes/${sid}/exec`, { command: `echo missed-${n}` });
+    const resumed = await openStream(api2, seen[1]!.id);
+    await resumed.next((e) => e.event === "subscribed");
+    const replayed: Sse[] = [];
+    while (replayed.length < 4) replayed.push(await resumed.next((e) => e.event === "exec.completed"));
+    resumed.close();
+    expect(replayed.map((e) => e.id)).toEqual([...replayed.map((e) => e.id)].sort((a, b) => a - b));
+    expect(replayed.every((e) => e.id > seen[1]!.id)).toBe(true);
+    expect(replayed.map((e) => `${e.data.sandbox_id} ${e.data.command}`).sort()).toEqual(
+      [id, otherId].flatMap((sid) => [1, 2].map((n) => `${sid} echo missed-${n}`)).sort(),
+    );
+    // The same events as a page from Postgres, none missing between.
+    const between = (await ws(api1, "GET", `/events?since_id=${seen[1]!.id}&event_type=exec.completed`)).json.events as Ev[];
+    expect(between.map((e) => e.id)).toEqual(replayed.map((e) => e.id));
+
+    // Both nodes' audit entries in one export from Postgres, one numbering (entries are written in batches: read until both are there).
     const audit = await until("both nodes' audit entries", async () => {
       const text = (await ws(api1, "GET", "/audit")).json as string;
-      return text.includes(id) && text.includes(other.json.sandbox_id as string) ? text : undefined;
+      return text.includes(id) && text.includes(otherId) ? text : undefined;
     });
-    for (const sid of [id, other.json.sandbox_id as string]) expect(audit).toContain(sid);
-    for (const sid of [id, other.json.sandbox_id as string]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
+    const entries = audit.trim().split("\n").map((l) => JSON.parse(l) as { id: number; sandbox_id?: string; action: string });
+    expect(entries.map((e) => e.id)).toEqual([...entries.map((e) => e.id)].sort((a, b) => a - b));
+    for (const sid of [id, otherId]) expect(entries.some((e) => e.sandbox_id === sid && e.action === "POST /sandboxes")).toBe(true);
+    const one = ((await ws(api2, "GET", `/audit?sandbox_id=${otherId}&format=csv`)).json as string).trim().split("\n");
+    expect(one[0]).toMatch(/^id,time,actor/);
+    expect(one.slice(1).every((l) => l.includes(otherId))).toBe(true);
+    for (const sid of [id, otherId]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
     expect((await ws(api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
   }, 300_000);
 
@@ -404,7 +469,7 @@ EOF`,
     expect(gone.status).toBe(404);
   }, 600_000);
 
-  it("a cordoned node takes no creates; a restarted node adopts its sandboxes; a lost node's sandboxes say so and creates go elsewhere", async () => {
+  it("a cordoned node takes no creates; a restarted node adopts its sandboxes; a lost node's sandboxes say so, their history stays readable, and creates go elsewhere", async () => {
     expect((await runCli(["nodes", "cordon", "n2"], { LOCALE2B_DATABASE_URL: db })).stdout).toBe("cordoned n2\n");
     const onN1 = await Promise.all([0, 1].map(() => Sandbox.create("base", { ...opts(api1), timeoutMs: 300_000 })));
     expect(await Promise.all(onN1.map((s) => nodeOf(s.sandboxId)))).toEqual(["n1", "n1"]);
@@ -431,6 +496,20 @@ EOF`,
     const onN2 = await until("a create on n2", async () => Sandbox.create("base", { ...opts(api1), timeoutMs: 300_000 }));
     expect(await nodeOf(onN2.sandboxId)).toBe("n2");
     await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    // n2 samples its sandbox every 5 s into Postgres: wait for two samples and the create's audit entry there.
+    const sql = new pgLib.Client({ connectionString: db });
+    await sql.connect();
+    await until(
+      "n2's samples and audit entry in Postgres",
+      async () => {
+        const samples = await sql.query<{ n: string }>("SELECT count(*) AS n FROM metric_samples WHERE sandbox_id = $1", [onN2.sandboxId]);
+        const audited = await sql.query<{ n: string }>("SELECT count(*) AS n FROM audit WHERE sandbox_id = $1", [onN2.sandboxId]);
+        return Number(samples.rows[0]!.n) >= 2 && Number(audited.rows[0]!.n) >= 1 ? true : undefined;
+      },
+      120,
+      500,
+    );
+    await sql.end();
     nodes.n2!.child.kill("SIGKILL");
     const lost = await until(
       "n2 to be lost",
@@ -442,6 +521,36 @@ EOF`,
       500,
     );
     expect(lost).toMatch(new RegExp(`sandbox ${onN2.sandboxId} was lost with node 'n2': no heartbeat for \\d+ s`));
+    // Its history stays readable through any replica, from Postgres: events, audit entries, metrics.
+    const auth = { "x-api-key": key };
+    const history = (await (await fetch(`${api2.url}/workspace/events?sandbox_id=${onN2.sandboxId}`, { headers: auth })).json()) as { events: { event_type: string }[] };
+    expect(history.events.map((e) => e.event_type)).toContain("sandbox.created");
+    const lostAudit = (await (await fetch(`${api1.url}/workspace/audit?sandbox_id=${onN2.sandboxId}`, { headers: auth })).text()).trim().split("\n");
+    expect(lostAudit.map((l) => JSON.parse(l) as { api: string; action: string })).toEqual(expect.arrayContaining([expect.objectContaining({ api: "e2b", action: "POST /v2/sandboxes", result: "ok" })]));
+    const metricsRes = await fetch(`${api2.url}/sandboxes/${onN2.sandboxId}/metrics`, { headers: auth });
+    expect(metricsRes.status).toBe(200);
+    const samples = (await metricsRes.json()) as { timestampUnix: number; memTotal: number }[];
+    expect(samples.length).toBeGreaterThanOrEqual(2);
+    expect(samples.map((m) => m.timestampUnix)).toEqual([...samples.map((m) => m.timestampUnix)].sort((a, b) => a - b));
+    const pick = samples[0]!.timestampUnix;
+    const one = (await (await fetch(`${api1.url}/sandboxes/${onN2.sandboxId}/metrics?start=${pick}&end=${pick}`, { headers: auth })).json()) as { timestampUnix: number }[];
+    expect(one.length).toBeGreaterThanOrEqual(1);
+    expect(one.every((m) => m.timestampUnix === pick)).toBe(true);
+    const latest = (await (await fetch(`${api1.url}/sandboxes/metrics?sandbox_ids=${onN2.sandboxId},nosuchsandbox`, { headers: auth })).json()) as { sandboxes: Record<string, { timestampUnix: number }> };
+    expect(Object.keys(latest.sandboxes)).toEqual([onN2.sandboxId]);
+    expect(latest.sandboxes[onN2.sandboxId]!.timestampUnix).toBe(samples.at(-1)!.timestampUnix);
+    for (const [query, message] of [
+      ["?start=10&end=5", "start (10) is after end (5)"],
+      ["?start=yesterday", "invalid start 'yesterday': expected unix seconds"],
+    ] as const) {
+      const bad = await fetch(`${api1.url}/sandboxes/${onN2.sandboxId}/metrics${query}`, { headers: auth });
+      expect(bad.status, query).toBe(400);
+      expect(((await bad.json()) as { message: string }).message).toBe(message);
+    }
+    const noIds = await fetch(`${api1.url}/sandboxes/metrics`, { headers: auth });
+    expect(noIds.status).toBe(400);
+    expect(((await noIds.json()) as { message: string }).message).toMatch(/'sandbox_ids' is required/);
+    expect((await fetch(`${api1.url}/sandboxes/nosuchsandbox/metrics`, { headers: auth })).status).toBe(404);
     const viaSdk = await Sandbox.connect(onN2.sandboxId, opts(api2)).then(
       (s) => s.commands.run("true"),
       (e: Error) => e,
