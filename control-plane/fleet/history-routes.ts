@@ -12,6 +12,7 @@ import { exportAudit } from "../api/workspace/audit.js";
 import { sendWsError, WsError, wsErrorFrom } from "../api/workspace/errors.js";
 import { listEvents, streamEvents } from "../api/workspace/events.js";
 import type { NodeRecord } from "../domain/node.js";
+import { LIVE_STATES } from "../domain/sandbox.js";
 import { EventFeed } from "../events/event-feed.js";
 import { EventLog } from "../events/event-log.js";
 import type { ActivityHistory } from "../store/activity-history.js";
@@ -72,7 +73,8 @@ export function fleetHistory(f: HistoryRouting): FleetHistory {
       try {
         const range = metricsRangeQuery(new URL(req.url ?? "/", "http://api").searchParams);
         const rec = await store.getSandbox(sandboxId);
-        if (!rec) return sendError(res, 404, `sandbox '${sandboxId}' not found`);
+        // As serve: a killed sandbox (the store keeps its record a while) is not found.
+        if (!rec || !LIVE_STATES.includes(rec.state)) return sendError(res, 404, `sandbox '${sandboxId}' not found`);
         const now = Date.now();
         const { fromMs, toMs } = metricsRangeMs(range, rec.startedAt, now);
         const samples = await history.samples(rec.id, fromMs, toMs);
@@ -97,7 +99,7 @@ export function fleetHistory(f: HistoryRouting): FleetHistory {
         for (const a of answers) if (a) Object.assign(sandboxes, (JSON.parse(a.body.toString("utf8")) as { sandboxes: Json }).sandboxes);
         // Sandboxes no live node answered for (their node is lost): their last sample in the history.
         const rest = ids.filter((id) => !(id in sandboxes));
-        const known = (await Promise.all(rest.map((id) => store.getSandbox(id)))).filter((r) => r !== undefined).map((r) => r.id);
+        const known = (await Promise.all(rest.map((id) => store.getSandbox(id)))).filter((r) => r !== undefined && LIVE_STATES.includes(r.state)).map((r) => r!.id);
         for (const [id, s] of await history.latestSamples(known)) sandboxes[id] = sampleToMetric(s);
         sendJson(res, 200, { sandboxes });
       } catch (err) {
