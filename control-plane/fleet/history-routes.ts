@@ -9,6 +9,7 @@ import { DEFAULT_ACTIVITY } from "../activity.js";
 import { HttpError } from "../api/rest/errors.js";
 import { metricsIdsQuery, metricsRangeMs, metricsRangeQuery, sampleToMetric } from "../api/rest/metrics.js";
 import { exportAudit } from "../api/workspace/audit.js";
+import { metricsWindow, sampleJson } from "../api/workspace/metrics.js";
 import { sendWsError, WsError, wsErrorFrom } from "../api/workspace/errors.js";
 import { listEvents, streamEvents } from "../api/workspace/events.js";
 import type { NodeRecord } from "../domain/node.js";
@@ -34,6 +35,12 @@ export interface HistoryRouting {
 export interface FleetHistory {
   /** GET /workspace/events, /workspace/events/stream, /workspace/audit (any sandbox_id, or none: the whole fleet's). */
   workspace(req: IncomingMessage, res: ServerResponse, sub: "/events" | "/events/stream" | "/audit"): Promise<void>;
+  /**
+   * The workspace API's GET /sandboxes/{id}/metrics of a sandbox whose node
+   * is lost: serve's shape, status `lost` (and why), the last sample as the
+   * current figures, the range's samples.
+   */
+  lostSandboxMetrics(req: IncomingMessage, res: ServerResponse, sandboxId: string, why: string): Promise<void>;
   /** E2B's GET /sandboxes/{id}/metrics[?start=&end=]. */
   sandboxMetrics(req: IncomingMessage, res: ServerResponse, sandboxId: string): Promise<void>;
   /** E2B's GET /sandboxes/metrics?sandbox_ids=…. */
@@ -66,6 +73,26 @@ export function fleetHistory(f: HistoryRouting): FleetHistory {
         const failure = wsErrorFrom(err);
         if (!failure) log.error({ err }, "reading activity history failed");
         if (!abort.signal.aborted) sendWsError(res, failure ?? new WsError(500, "internal", `reading the fleet's activity history failed: ${(err as Error).message}`));
+      }
+    },
+
+    async lostSandboxMetrics(req, res, sandboxId, why) {
+      try {
+        const { start, end } = metricsWindow(new URL(req.url ?? "/", "http://api").searchParams);
+        const [samples, latest] = await Promise.all([history.samples(sandboxId, start, end), history.latestSamples([sandboxId])]);
+        const current = latest.get(sandboxId);
+        sendJson(res, 200, {
+          sandbox_id: sandboxId,
+          status: "lost",
+          message: why,
+          ...(current ? sampleJson(current) : { timestamp: null }),
+          interval_seconds: DEFAULT_ACTIVITY.metricsIntervalMs / 1000,
+          samples: samples.map(sampleJson),
+        });
+      } catch (err) {
+        const failure = wsErrorFrom(err);
+        if (!failure) log.error({ err }, "reading activity history failed");
+        sendWsError(res, failure ?? new WsError(500, "internal", `reading the fleet's activity history failed: ${(err as Error).message}`));
       }
     },
 

@@ -22,7 +22,7 @@ export interface NodeAnswer {
 export interface FleetRouting {
   store: Store;
   /** Events and audit entries of every node, from Postgres. */
-  history: Pick<FleetHistory, "workspace">;
+  history: Pick<FleetHistory, "workspace" | "lostSandboxMetrics">;
   readNodes(fresh?: boolean): Promise<NodeRecord[]>;
   live(n: NodeRecord): boolean;
   locate(sandboxId: string): Promise<{ node: NodeRecord | undefined; name: string } | undefined>;
@@ -58,7 +58,12 @@ export function workspaceRoutes(f: FleetRouting): (req: IncomingMessage, res: Se
     if (one) {
       const where = await locate(one[1]!);
       if (!where) return wsError(res, 404, "not_found", `sandbox '${one[1]}' not found`);
-      if (!where.node || !live(where.node)) return wsError(res, 503, "unavailable", lostMessage(one[1]!, where.name, where.node));
+      if (!where.node || !live(where.node)) {
+        const why = lostMessage(one[1]!, where.name, where.node);
+        // Its metrics history is in Postgres: still readable.
+        if (sub === `/sandboxes/${one[1]}/metrics` && req.method === "GET") return f.history.lostSandboxMetrics(req, res, one[1]!, why);
+        return wsError(res, 503, "unavailable", why);
+      }
       return forward(req, res, where.node, one[1]);
     }
     if (sub === "/sandboxes" && req.method === "POST") {

@@ -547,6 +547,17 @@ EOF`,
       expect(bad.status, query).toBe(400);
       expect(((await bad.json()) as { message: string }).message).toBe(message);
     }
+    // The workspace API's metrics of a sandbox on a lost node: from Postgres, status lost.
+    const wsMetrics = await fetch(`${api2.url}/workspace/sandboxes/${onN2.sandboxId}/metrics?start=${pick}`, { headers: auth });
+    expect(wsMetrics.status).toBe(200);
+    const wsBody = (await wsMetrics.json()) as { status: string; message: string; timestamp: string; samples: unknown[] };
+    expect(wsBody).toMatchObject({ status: "lost", message: expect.stringMatching(/lost with node 'n2'/) });
+    expect(wsBody.samples.length).toBe(samples.length);
+    expect(Date.parse(wsBody.timestamp) / 1000).toBeGreaterThanOrEqual(samples.at(-1)!.timestampUnix);
+    const wsBad = await fetch(`${api2.url}/workspace/sandboxes/${onN2.sandboxId}/metrics?start=10&end=5`, { headers: auth });
+    expect(wsBad.status).toBe(400);
+    expect(((await wsBad.json()) as { message: string }).message).toBe("start is after end");
+    expect((await fetch(`${api2.url}/workspace/sandboxes/${onN2.sandboxId}/files/read?path=x`, { headers: auth })).status).toBe(503);
     const noIds = await fetch(`${api1.url}/sandboxes/metrics`, { headers: auth });
     expect(noIds.status).toBe(400);
     expect(((await noIds.json()) as { message: string }).message).toMatch(/'sandbox_ids' is required/);

@@ -12,7 +12,7 @@ export function timeQuery(q: URLSearchParams, name: string): number | undefined 
   return ms;
 }
 
-function toJson(s: MetricSample): Record<string, unknown> {
+export function sampleJson(s: MetricSample): Record<string, unknown> {
   return {
     timestamp: new Date(s.time).toISOString(),
     cpu_percent: s.cpuUsedPct,
@@ -29,6 +29,14 @@ function toJson(s: MetricSample): Record<string, unknown> {
   };
 }
 
+/** The range of the metrics route: start and end (default: the last 5 minutes); 400 when start is after end. */
+export function metricsWindow(query: URLSearchParams): { start: number; end: number } {
+  const end = timeQuery(query, "end") ?? Date.now();
+  const start = timeQuery(query, "start") ?? end - 5 * 60_000;
+  if (start > end) throw new WsError(400, "invalid_request", "start is after end");
+  return { start, end };
+}
+
 /**
  * GET /sandboxes/{id}/metrics[?start=&end=]: the current CPU, memory, disk
  * and I/O figures at the top level, and `samples`, the history between
@@ -37,15 +45,13 @@ function toJson(s: MetricSample): Record<string, unknown> {
  */
 export async function sandboxMetrics({ res, params, query, deps }: WsContext): Promise<void> {
   const rec = deps.manager.get(params.id!);
-  const end = timeQuery(query, "end") ?? Date.now();
-  const start = timeQuery(query, "start") ?? end - 5 * 60_000;
-  if (start > end) throw new WsError(400, "invalid_request", "start is after end");
+  const { start, end } = metricsWindow(query);
   const current = rec.state === "running" ? ((await deps.history.sampleOne(rec.id)) ?? deps.history.latestOf(rec.id)) : deps.history.latestOf(rec.id);
   sendJson(res, 200, {
     sandbox_id: rec.id,
     status: rec.state === "running" ? "running" : rec.state,
-    ...(current ? toJson(current) : { timestamp: null }),
+    ...(current ? sampleJson(current) : { timestamp: null }),
     interval_seconds: deps.history.intervalMs / 1000,
-    samples: (await deps.history.range(rec.id, start, end)).map(toJson),
+    samples: (await deps.history.range(rec.id, start, end)).map(sampleJson),
   });
 }
