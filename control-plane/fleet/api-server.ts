@@ -290,6 +290,9 @@ export async function startFleetApi(o: FleetApiOptions): Promise<RunningFleetApi
       return snap?.node !== undefined ? (await readNodes()).find((n) => n.name === snap.node && live(n)) : undefined;
     },
     agentFor,
+    events: history.feed,
+    sandboxRecord: (id) => store.getSandbox(id),
+    authorized: async (headers) => (await apiKeyFromHeaders(store, headers)) !== undefined,
   };
   const rpc = connectAdapter({
     jsonOptions: { ignoreUnknownFields: true },

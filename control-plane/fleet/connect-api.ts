@@ -2,15 +2,22 @@
 // on a fleet's API replica: each call goes to the node it concerns, as a
 // Connect call of its own with the caller's key and the node token (the node
 // checks the key, as it does for REST): a create to the node placement
-// picks, a sandbox's calls to its node, lists and event streams to every live
-// node merged, templates to the node that builds them.
+// picks, a sandbox's calls to its node, lists and lifecycle streams to every
+// live node merged, templates to the node that builds them. Event streams of
+// the event log (event_types, after_id) are read from the fleet's Postgres
+// here, so their ids are the fleet's and any replica resumes them.
 import { Code, ConnectError, createClient, type CallOptions, type Client, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import type http from "node:http";
 import type { Logger } from "pino";
-import { SandboxService, type Sandbox, type WatchSandboxEventsResponse } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { SandboxService, WatchSandboxEventsResponseSchema, type Sandbox, type WatchSandboxEventsResponse } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
 import { TemplateService } from "../../gen/ts/locale2b/controlplane/v1/template_pb.js";
+import { MISSING_KEY_MESSAGE } from "../api/auth.js";
 import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE } from "../api/connect/paging.js";
+import { watchLogged } from "../api/connect/watch.js";
+import type { SandboxRecord } from "../domain/sandbox.js";
+import type { EventSource } from "../events/event-source.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { PlacementAsk } from "./placement.js";
 import { NODE_TOKEN_HEADER } from "./node-agent.js";
@@ -28,6 +35,11 @@ export interface FleetView {
   templateNode(): Promise<NodeRecord | undefined>;
   snapshotNode(snapshotId: string): Promise<NodeRecord | undefined>;
   agentFor(n: NodeRecord): http.Agent;
+  /** The fleet's event log as it grows (every node's events), for WatchSandboxEvents with event_types or after_id. */
+  events: EventSource;
+  sandboxRecord(id: string): Promise<SandboxRecord | undefined>;
+  /** Whether the request carries a valid key (calls answered here, not by a node that checks it). */
+  authorized(headers: Headers): Promise<boolean>;
 }
 
 /** Headers the node needs from the caller: its key (and nothing else of the caller's). */
@@ -131,6 +143,11 @@ export function registerFleetConnect(router: ConnectRouter, fleet: FleetView): v
     },
 
     async *watchSandboxEvents(req, ctx): AsyncGenerator<WatchSandboxEventsResponse> {
+      if (req.eventTypes.length || req.afterId !== undefined) {
+        if (!(await fleet.authorized(ctx.requestHeader))) throw new ConnectError(MISSING_KEY_MESSAGE, Code.Unauthenticated);
+        for await (const e of watchLogged(fleet.events, req, ctx, (id) => fleet.sandboxRecord(id))) yield create(WatchSandboxEventsResponseSchema, e);
+        return;
+      }
       const nodes = req.sandboxId ? [await fleet.nodeOf(req.sandboxId)] : await fleet.liveNodes();
       yield* merge(nodes.map((n) => sandboxes(n).watchSandboxEvents(req, forwarded(ctx, fleet.token))));
     },

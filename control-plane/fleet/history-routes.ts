@@ -16,6 +16,7 @@ import type { NodeRecord } from "../domain/node.js";
 import { LIVE_STATES } from "../domain/sandbox.js";
 import { EventFeed } from "../events/event-feed.js";
 import { EventLog } from "../events/event-log.js";
+import type { EventSource } from "../events/event-source.js";
 import type { ActivityHistory } from "../store/activity-history.js";
 import type { Store } from "../store/store.js";
 import { sendError, sendJson, type Json } from "./respond.js";
@@ -43,6 +44,8 @@ export interface FleetHistory {
   lostSandboxMetrics(req: IncomingMessage, res: ServerResponse, sandboxId: string, why: string): Promise<void>;
   /** E2B's GET /sandboxes/{id}/metrics[?start=&end=]. */
   sandboxMetrics(req: IncomingMessage, res: ServerResponse, sandboxId: string): Promise<void>;
+  /** The fleet's event log as it grows: the workspace API's stream and the Connect API's WatchSandboxEvents read it. */
+  readonly feed: EventSource;
   /** E2B's GET /sandboxes/metrics?sandbox_ids=…. */
   manyMetrics(req: IncomingMessage, res: ServerResponse): Promise<void>;
   close(): void;
@@ -63,6 +66,8 @@ export function fleetHistory(f: HistoryRouting): FleetHistory {
   };
 
   return {
+    feed,
+
     async workspace(req, res, sub) {
       const abort = new AbortController();
       res.once("close", () => abort.abort());

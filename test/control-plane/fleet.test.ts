@@ -15,7 +15,9 @@ import pgLib from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
+import { Code } from "@connectrpc/connect";
 import { runCli, startCli, type Served } from "../helpers/cli.js";
+import { apiClient, rejection, watch } from "../helpers/connect-api.js";
 import { ownImagesDir } from "../helpers/fleet-images.js";
 import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
 
@@ -385,6 +387,24 @@ EOF`,
     // The same events as a page from Postgres, none missing between.
     const between = (await ws(api1, "GET", `/events?since_id=${seen[1]!.id}&event_type=exec.completed`)).json.events as Ev[];
     expect(between.map((e) => e.id)).toEqual(replayed.map((e) => e.id));
+
+    // The Connect API's WatchSandboxEvents the same way: fleet ids from Postgres, resumed through the other replica.
+    const watchVia = (api: Served, k = key) => apiClient(api.url, "connect-json", { "x-api-key": k });
+    const connected = await watch(watchVia(api1), { eventTypes: ["exec.completed"] });
+    for (const sid of [id, otherId]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-live" });
+    const got = [await connected.next(), await connected.next()];
+    connected.close();
+    expect(got.map((e) => e.sandboxId).sort()).toEqual([id, otherId].sort());
+    expect(got.every((e) => e.id > connected.subscribed.id)).toBe(true);
+    for (const sid of [id, otherId]) await ws(api1, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-missed" });
+    const again = await watch(watchVia(api2), { eventTypes: ["exec.completed"], afterId: got[1]!.id });
+    const missed = [await again.next(), await again.next()];
+    again.close();
+    expect(missed.map((e) => `${e.sandboxId} ${e.activity?.command}`).sort()).toEqual([id, otherId].map((sid) => `${sid} echo connect-missed`).sort());
+    expect(missed[1]!.id).toBeGreaterThan(missed[0]!.id);
+    expect(missed[0]!.id).toBeGreaterThan(got[1]!.id);
+    // Answered by the replica, not a node: it checks the key itself.
+    expect((await rejection(watch(watchVia(api1, "e2b_" + "0".repeat(40)), { afterId: 1n }))).code).toBe(Code.Unauthenticated);
 
     // Both nodes' audit entries in one export from Postgres, one numbering (entries are written in batches: read until both are there).
     const audit = await until("both nodes' audit entries", async () => {

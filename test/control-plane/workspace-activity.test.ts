@@ -9,10 +9,11 @@ import net from "node:net";
 import { Writable } from "node:stream";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { Code } from "@connectrpc/connect";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxEventType, type WatchSandboxEventsResponse } from "../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
-import { apiClient } from "../helpers/connect-api.js";
+import { apiClient, watch } from "../helpers/connect-api.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { ROOT } from "../helpers/process-runtime.js";
 import { setEnv } from "../helpers/sdk.js";
@@ -193,6 +194,47 @@ for (const kind of [
         await closed;
         expect(source.subscriberCount).toBe(baseline);
         expect(logText).toContain("event stream subscriber fell too far behind");
+      });
+
+      it("the Connect stream resumes with after_id: what it missed, then live events, none twice; OUT_OF_RANGE once they are pruned", async () => {
+        const client = apiClient(cp.url, "connect-json", headers());
+        const first = await watch(client, { eventTypes: ["sandbox.*"] });
+        const hello = first.subscribed;
+        first.close();
+        expect(hello.id).toBeGreaterThan(0n);
+        const sbx = await Sandbox.create("base");
+        await sbx.pause();
+        await Sandbox.connect(sbx.sandboxId);
+        await sbx.kill();
+
+        // Without event_types, after_id means the logged lifecycle events, with the sandbox record as it is now
+        // (replayed, or live: on Postgres the kill may be written after the watch began).
+        const all = await watch(client, { sandboxId: sbx.sandboxId, afterId: hello.id });
+        const replay = await all.until((e) => e.type === SandboxEventType.KILLED);
+        all.close();
+        expect(replay.map((e) => e.eventType)).toEqual(["sandbox.created", "sandbox.paused", "sandbox.resumed", "sandbox.destroyed"]);
+        const ids = replay.map((e) => e.id);
+        expect(ids.every((id, i) => id > hello.id && (i === 0 || id > ids[i - 1]!))).toBe(true);
+        expect(replay[0]!.sandbox?.sandboxId).toBe(sbx.sandboxId);
+
+        // Resumed after the pause: the rest only; then live events after the replay, none twice.
+        const rest = await watch(client, { afterId: ids[1], eventTypes: ["sandbox.*", "exec.*"] });
+        await call("POST", `/sandboxes/${sandboxId}/exec`, { command: "echo after-resume" });
+        const got = await rest.until((e) => e.type === SandboxEventType.EXEC_COMPLETED && e.activity?.command === "echo after-resume");
+        rest.close();
+        const mine = got.filter((e) => e.sandboxId === sbx.sandboxId || e.activity?.command === "echo after-resume");
+        expect(mine.map((e) => e.eventType)).toEqual(["sandbox.resumed", "sandbox.destroyed", "exec.started", "exec.completed"]);
+        const gotIds = got.map((e) => e.id);
+        expect(new Set(gotIds).size).toBe(gotIds.length);
+        expect([...gotIds].sort((a, b) => (a < b ? -1 : 1))).toEqual(gotIds);
+
+        // Events after hello pruned from the log: resuming there cannot be whole, so it is refused, saying why.
+        const log = cp.activity.events.log!;
+        await log.prune(Date.now() + 7 * 24 * 3600_000);
+        cp.activity.bus.publish({ event_type: "exec.started", sandbox_id: "prunedtest", command: "true" });
+        await expect(async () => {
+          for await (const _ of client.watchSandboxEvents({ afterId: hello.id })) void _;
+        }).rejects.toMatchObject({ code: Code.OutOfRange, rawMessage: expect.stringContaining("older than the event log keeps") });
       });
     });
 

@@ -59,6 +59,8 @@ export async function rejection(p: Promise<unknown>): Promise<ConnectError> {
 }
 
 export interface Watcher {
+  /** The first message: SUBSCRIBED (its id: the newest logged event then, with event_types or after_id). */
+  subscribed: WatchSandboxEventsResponse;
   /** The next event (SUBSCRIBED included); rejects when the stream failed. */
   next(): Promise<WatchSandboxEventsResponse>;
   /** Events until (and including) one that matches, skipping none: all are returned. */
@@ -97,6 +99,7 @@ export async function watch(client: SandboxClient, req: MessageInitShape<typeof 
   const first = await next();
   if (first.type !== SandboxEventType.SUBSCRIBED) throw new Error(`first event is ${SandboxEventType[first.type]}, not SUBSCRIBED`);
   return {
+    subscribed: first,
     next,
     async until(pred) {
       const out: WatchSandboxEventsResponse[] = [];

@@ -8,7 +8,7 @@ import {
   type WatchSandboxEventsRequest,
   type WatchSandboxEventsResponseSchema,
 } from "../../../gen/ts/locale2b/controlplane/v1/sandbox_pb.js";
-import type { EventBus } from "../../events/bus.js";
+import type { EventSource } from "../../events/event-source.js";
 import { eventFilter, EventFilterError, listValues } from "../../events/filter.js";
 import type { EventType, SandboxEvent } from "../../events/types.js";
 import type { EventFilter, LifecycleBus } from "../../manager/events.js";
@@ -129,17 +129,18 @@ export function busEventToProto(e: SandboxEvent, sandbox: SandboxRecord | undefi
  * The stream: SUBSCRIBED once the bus subscription is in place (so a client
  * knows nothing after it can be missed), then each matching event. A client
  * too slow to keep WATCH_QUEUE_LIMIT events in check gets RESOURCE_EXHAUSTED.
+ * With event_types or after_id, the event log's events (watchLogged).
  */
 export async function* watchEvents(
   bus: LifecycleBus,
   req: WatchSandboxEventsRequest,
   ctx: HandlerContext,
   limit = WATCH_QUEUE_LIMIT,
-  events?: EventBus,
+  events?: EventSource,
   lookup?: (id: string) => Promise<SandboxRecord | undefined>,
 ): AsyncGenerator<Out> {
-  if (req.eventTypes.length && events) {
-    yield* watchAll(events, req, ctx, limit, lookup ?? (async () => undefined));
+  if ((req.eventTypes.length || req.afterId !== undefined) && events) {
+    yield* watchLogged(events, req, ctx, lookup ?? (async () => undefined), limit);
     return;
   }
   const filter: EventFilter = {};
@@ -165,22 +166,29 @@ export async function* watchEvents(
   }
 }
 
+/** Events replayed from the log per query while resuming. */
+const REPLAY_PAGE = 500;
+
 /**
- * The stream with event_types: every API's events from the event bus (the
- * same ones the workspace API's SSE stream carries), each subscriber with
- * its own bounded queue: one that falls `limit` behind gets
- * RESOURCE_EXHAUSTED (and may watch again, e.g. after listing).
+ * The stream of logged events (the ones the workspace API's SSE stream
+ * carries, with their ids): event_types' (sandbox.* without them), each
+ * subscriber with its own bounded queue: one that falls `limit` behind gets
+ * RESOURCE_EXHAUSTED and may resume with after_id. With after_id, the log's
+ * events after it first: the live queue is subscribed before the log is
+ * read, so the two meet with no gap, and the live events the replay already
+ * sent are skipped by id. A fleet's API replica serves this from the fleet's
+ * event log without asking a node (fleet/connect-api.ts).
  */
-async function* watchAll(
-  events: EventBus,
+export async function* watchLogged(
+  events: EventSource,
   req: WatchSandboxEventsRequest,
   ctx: HandlerContext,
-  limit: number,
   lookup: (id: string) => Promise<SandboxRecord | undefined>,
+  limit = WATCH_QUEUE_LIMIT,
 ): AsyncGenerator<Out> {
   let filter;
   try {
-    filter = eventFilter(req.sandboxId.trim() ? [req.sandboxId.trim()] : [], listValues(req.eventTypes));
+    filter = eventFilter(req.sandboxId.trim() ? [req.sandboxId.trim()] : [], req.eventTypes.length ? listValues(req.eventTypes) : ["sandbox.*"]);
   } catch (err) {
     if (err instanceof EventFilterError) throw new ConnectError(err.message, Code.InvalidArgument);
     throw err;
@@ -197,19 +205,46 @@ async function* watchAll(
     }
     return ok;
   };
+  const toProto = async (e: SandboxEvent) => busEventToProto(e, e.event_type.startsWith("sandbox.") ? await lookup(e.sandbox_id) : undefined);
   const sub = events.subscribe(filter, limit);
   try {
-    yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()) };
+    const startId = await events.currentId();
+    let sent = startId;
+    if (req.afterId !== undefined) {
+      const after = Number(req.afterId);
+      if (!Number.isSafeInteger(after)) throw new ConnectError(`after_id ${req.afterId} is not an event id`, Code.InvalidArgument);
+      sent = Math.max(after, startId);
+      if (events.log && after < startId) {
+        // 0: the log is empty, so the events after `after` up to startId are gone too.
+        const oldest = await events.log.oldestId();
+        if (oldest === 0 || oldest > after + 1) {
+          throw new ConnectError(
+            `cannot resume after event ${after}: events ${after + 1} to ${oldest === 0 ? startId : oldest - 1} are older than the event log keeps (serve --event-retention-hours); list the sandboxes, then watch without after_id`,
+            Code.OutOfRange,
+          );
+        }
+      }
+      yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()), id: BigInt(startId) };
+      // The log up to where the live queue starts.
+      for (let at = after; at < startId && events.log; ) {
+        const page = (await events.log.page(at, filter, REPLAY_PAGE)).filter((e) => e.id <= startId);
+        for (const e of page) if (await wanted(e.sandbox_id)) yield await toProto(e);
+        if (page.length < REPLAY_PAGE) break;
+        at = page.at(-1)!.id;
+      }
+    } else {
+      yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()), id: BigInt(startId) };
+    }
     for (;;) {
       const next = await sub.next(ctx.signal);
       if (next.kind === "closed") return;
       if (next.kind === "overflow") {
         events.noteOverflow();
-        throw new ConnectError(`the client fell more than ${limit} events behind: list the sandboxes again and start a new watch`, Code.ResourceExhausted);
+        throw new ConnectError(`the client fell more than ${limit} events behind: resume with after_id (the last id received), or list the sandboxes again and start a new watch`, Code.ResourceExhausted);
       }
       const e = next.event;
-      if (!(await wanted(e.sandbox_id))) continue;
-      yield busEventToProto(e, e.event_type.startsWith("sandbox.") ? await lookup(e.sandbox_id) : undefined);
+      if (e.id <= sent || !(await wanted(e.sandbox_id))) continue;
+      yield await toProto(e);
     }
   } finally {
     sub.close();

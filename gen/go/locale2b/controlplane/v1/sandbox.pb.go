@@ -1182,7 +1182,16 @@ type WatchSandboxEventsRequest struct {
 	// exec.completed, exec.failed, file.read, file.written; `exec.*` matches a
 	// prefix, `*` everything. Empty: lifecycle events only (created, paused,
 	// resumed, killed, timed_out), as before activity events existed.
-	EventTypes    []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	EventTypes []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// Resume after this event id (a response's `id`, or SUBSCRIBED's): the
+	// logged events after it that match are sent first, oldest first, then the
+	// live ones, none twice and none missed (the workspace API's since_id and
+	// Last-Event-ID). On a fleet, any API replica resumes a stream another
+	// served (the ids are the fleet's). Without event_types it means the
+	// logged lifecycle events (sandbox.*; timed_out is not logged, the pause
+	// or kill after it is). OUT_OF_RANGE when events after it are older than
+	// the event log keeps: list the sandboxes, then watch without after_id.
+	AfterId       *uint64 `protobuf:"varint,4,opt,name=after_id,json=afterId,proto3,oneof" json:"after_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1238,6 +1247,13 @@ func (x *WatchSandboxEventsRequest) GetEventTypes() []string {
 	return nil
 }
 
+func (x *WatchSandboxEventsRequest) GetAfterId() uint64 {
+	if x != nil && x.AfterId != nil {
+		return *x.AfterId
+	}
+	return 0
+}
+
 type WatchSandboxEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  SandboxEventType       `protobuf:"varint,1,opt,name=type,proto3,enum=locale2b.controlplane.v1.SandboxEventType" json:"type,omitempty"`
@@ -1249,7 +1265,10 @@ type WatchSandboxEventsResponse struct {
 	SandboxId string `protobuf:"bytes,5,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// For exec.* and file.* events.
 	Activity *SandboxActivity `protobuf:"bytes,6,opt,name=activity,proto3" json:"activity,omitempty"`
-	// The event's id in the server's event log (0 for events not logged: SUBSCRIBED, timed_out).
+	// The event's id in the server's event log (0 for events not logged:
+	// timed_out, and every event of a watch without event_types or after_id).
+	// For SUBSCRIBED of a watch with event_types or after_id: the newest id
+	// when the watch began (resuming after it misses nothing that followed).
 	Id            uint64 `protobuf:"varint,7,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2190,16 +2209,18 @@ const file_locale2b_controlplane_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12'\n" +
 	"\x0ftimeout_seconds\x18\x02 \x01(\rR\x0etimeoutSeconds\"N\n" +
 	"\x19SetSandboxTimeoutResponse\x121\n" +
-	"\x06end_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xf7\x01\n" +
+	"\x06end_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05endAt\"\xa4\x02\n" +
 	"\x19WatchSandboxEventsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12]\n" +
 	"\bmetadata\x18\x02 \x03(\v2A.locale2b.controlplane.v1.WatchSandboxEventsRequest.MetadataEntryR\bmetadata\x12\x1f\n" +
 	"\vevent_types\x18\x03 \x03(\tR\n" +
-	"eventTypes\x1a;\n" +
+	"eventTypes\x12\x1e\n" +
+	"\bafter_id\x18\x04 \x01(\x04H\x00R\aafterId\x88\x01\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
+	"\t_after_id\"\xde\x02\n" +
 	"\x1aWatchSandboxEventsResponse\x12>\n" +
 	"\x04type\x18\x01 \x01(\x0e2*.locale2b.controlplane.v1.SandboxEventTypeR\x04type\x12;\n" +
 	"\asandbox\x18\x02 \x01(\v2!.locale2b.controlplane.v1.SandboxR\asandbox\x12.\n" +
@@ -2445,6 +2466,7 @@ func file_locale2b_controlplane_v1_sandbox_proto_init() {
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[7].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
+	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{}
 	file_locale2b_controlplane_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
