@@ -46,6 +46,7 @@ import { NODE_ONLY_MESSAGE, takeNodeToken } from "./fleet/node-agent.js";
 import { startNodePresence } from "./fleet/node-presence.js";
 import { inCluster } from "./fleet/kubernetes-client.js";
 import { InfrastructureGuard, parseDenyList } from "./fleet/infrastructure.js";
+import { setOpenedPrivate } from "./runtimes/net/private-ranges.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
 import { loadPairs, tlsWarnings, type CertificatePair, type TlsFiles } from "./tls/certificates.js";
@@ -183,9 +184,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   // Bad certificate files stop the start before anything else is touched (a TlsConfigError names the file).
   const pairs = opts.tls?.length ? await loadPairs(opts.tls) : undefined;
   if (pairs) for (const warning of tlsWarnings(pairs, opts.domain)) log.warn({ component: "tls" }, warning);
-  const store = await openStore(opts, log);
-  // Sandboxes never reach the server's own infrastructure (its Postgres, the Kubernetes API), allowOut or not.
+  // Sandboxes never reach the server's own infrastructure (its Postgres, the Kubernetes API), allowOut or not,
+  // nor private networks (a LAN, a VPC, a tailnet) but the parts the operator opens. A bad list stops the start here.
   const deny = parseDenyList(setting("LOCALE2B_SANDBOX_DENY"));
+  setOpenedPrivate(parseDenyList(setting("LOCALE2B_SANDBOX_ALLOW_PRIVATE"), "LOCALE2B_SANDBOX_ALLOW_PRIVATE"));
+  const store = await openStore(opts, log);
   const cluster = inCluster();
   const guard = opts.databaseUrl || cluster || deny.length ? new InfrastructureGuard({ ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}), ...(cluster ? { cluster } : {}), deny, log }) : undefined;
   await guard?.start().catch(async (err: unknown) => {

@@ -26,6 +26,7 @@ export const SETTINGS = {
   LOCALE2B_NODE_TOKEN: { what: "a fleet's shared secret (at least 32 characters): API replicas send it to nodes, and nodes answer nothing else", default: "unset: required by `locale2b api` and `locale2b node`", reader: "cli" },
   LOCALE2B_ADVERTISE_URL: { what: "where a fleet node is reached by the API replicas (http://host:port)", default: "http://<host name>:<port>", reader: "serve", flag: "--advertise-url" },
   LOCALE2B_SANDBOX_DENY: { what: "IPv4 addresses and CIDRs no sandbox may reach whatever its allowOut (your own infrastructure); the server adds its Postgres and, in Kubernetes, the API server", default: "unset", reader: "serve" },
+  LOCALE2B_SANDBOX_ALLOW_PRIVATE: { what: "parts of the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10) sandboxes may reach, e.g. an internal package mirror; each sandbox's allowOut and denyOut still apply", default: "unset: none (as on E2B)", reader: "serve" },
   LOCALE2B_URL: { what: "the server client commands talk to", default: "http://127.0.0.1:3000", reader: "cli" },
   LOCALE2B_RUNTIME: { what: "sandbox runtime: process, gvisor, qemu or firecracker", default: "process", reader: "serve", flag: "--runtime" },
   LOCALE2B_WARM_POOL: { what: "sandboxes started ahead of time for default-shape creates", default: "2 on process, else 0", reader: "serve", flag: "--warm-pool" },

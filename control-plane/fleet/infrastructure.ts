@@ -25,13 +25,13 @@ export function databaseHost(url: string): string | undefined {
   }
 }
 
-/** `a, b/24, ...` as a list of IPv4 addresses and CIDRs; anything else is refused with a message. */
-export function parseDenyList(raw: string | undefined): string[] {
+/** `a, b/24, ...` as a list of IPv4 addresses and CIDRs; anything else is refused with a message naming `variable`. */
+export function parseDenyList(raw: string | undefined, variable = "LOCALE2B_SANDBOX_DENY"): string[] {
   if (!raw?.trim()) return [];
   return raw.split(",").map((x) => x.trim()).filter(Boolean).map((x) => {
     const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/.exec(x);
     if (!m || m.slice(1, 5).some((o) => Number(o) > 255) || (m[5] !== undefined && Number(m[5]) > 32)) {
-      throw new Error(`LOCALE2B_SANDBOX_DENY: '${x}' is not an IPv4 address or CIDR (e.g. 10.20.0.0/16)`);
+      throw new Error(`${variable}: '${x}' is not an IPv4 address or CIDR (e.g. 10.20.0.0/16)`);
     }
     return x;
   });

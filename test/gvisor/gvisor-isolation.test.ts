@@ -28,6 +28,8 @@ const TIMEOUT = 300_000;
 let cp: TestControlPlane;
 let restoreEnv = () => {};
 let peer: PeerHost;
+/** A peer on private space (10.203.0.0/16): no sandbox reaches it, whatever its allowOut. */
+let privatePeer: PeerHost;
 let a: Sandbox;
 let b: Sandbox;
 const both = ["user", "root"] as const;
@@ -49,6 +51,7 @@ const instance = (s: Sandbox) => cp.manager["instances"].get(s.sandboxId) as Gvi
 beforeAll(async () => {
   if (missing) return;
   peer = await startPeerHost();
+  privatePeer = await startPeerHost(undefined, { range: "private" });
   cp = await startTestControlPlane({ runtime: gvisorRuntime(), imagesDir: testImagesDir() });
   restoreEnv = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
   [a, b] = await Promise.all([Sandbox.create("base", { timeoutMs: 1_800_000 }), Sandbox.create("base", { timeoutMs: 1_800_000 })]);
@@ -58,6 +61,7 @@ afterAll(async () => {
   restoreEnv();
   await cp?.close();
   await peer?.close();
+  await privatePeer?.close();
 });
 
 describe.skipIf(missing !== undefined)(`gvisor: escapes from inside fail${why}`, { timeout: TIMEOUT }, () => {
@@ -277,10 +281,20 @@ describe.skipIf(missing !== undefined)(`gvisor: the gofer's mounts, the host-soc
 });
 
 describe.skipIf(missing !== undefined)(`gvisor: egress rules${why}`, { timeout: TIMEOUT }, () => {
-  const reach = async (s: Sandbox, addr: string) => {
-    const out = (await sh(s, `curl -s -m 10 http://${addr}:${peer.port}/ || echo "refused (exit $?)"`)).out.trim();
+  const reach = async (s: Sandbox, addr: string, user?: "root" | "user") => {
+    const out = (await sh(s, `curl -s -m 10 http://${addr}:${peer.port}/ || echo "refused (exit $?)"`, user)).out.trim();
     return out.startsWith("peer-ok") ? "ok" : out;
   };
+
+  it("private space (a LAN, a VPC) is refused as user and as root, also when allowOut names it", async () => {
+    for (const user of ["user", "root"] as const) expect(await reach(a, privatePeer.a, user)).toBe("refused (exit 7)");
+    const s = await Sandbox.create("base", { network: { allowOut: [`${privatePeer.a}/32`], denyOut: ["0.0.0.0/0"] }, timeoutMs: 600_000 });
+    try {
+      for (const user of ["user", "root"] as const) expect(await reach(s, privatePeer.a, user)).toBe("refused (exit 7)");
+    } finally {
+      await s.kill();
+    }
+  });
 
   it("reaches the peer with internet access; denyOut refuses one address; updateNetwork lifts and sets rules", async () => {
     expect(await reach(a, peer.a)).toBe("ok");

@@ -1,7 +1,9 @@
 // A test host in a network namespace of the test's own, joined to this host
-// by a veth pair on a /29 of 10.203.0.0/16 (two addresses on its side): a
-// destination sandboxes may reach through the host's forwarding and NAT,
-// standing in for "the internet" (sandboxes may not reach the host itself).
+// by a veth pair on a /29 of 198.18.0.0/16 (RFC 2544's benchmarking range;
+// three addresses on its side): a destination sandboxes may reach through the
+// host's forwarding and NAT, standing in for "the internet" (sandboxes may not
+// reach the host itself). With `range: "private"` the /29 is in 10.203.0.0/16
+// instead: private space, which no sandbox reaches unless its server opens it.
 // It answers HTTP GET / with `peer-ok <address it was reached at>`.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -40,13 +42,14 @@ function get(url: string): Promise<string> {
  * one (a script for `node -e`, given the peer's addresses as PEER_A/B/C and
  * `env`, that prints one line when it is ready).
  */
-export async function startPeerHost(servers?: { script: string; env?: Record<string, string> }): Promise<PeerHost> {
+export async function startPeerHost(servers?: { script: string; env?: Record<string, string> }, o: { range?: "public" | "private" } = {}): Promise<PeerHost> {
   const tag = randomBytes(3).toString("hex");
   const ns = `l2btest-${tag}`;
   const dev = `lbt${tag}`;
-  const net = Number.parseInt(tag.slice(0, 4), 16) % 8000; // a /29 of 10.203.0.0/16
+  const net = Number.parseInt(tag.slice(0, 4), 16) % 8000; // a /29 of a /16
   const base = net * 8;
-  const addr = (n: number) => `10.203.${base >> 8}.${(base & 255) + n}`;
+  const prefix = o.range === "private" ? "10.203" : "198.18";
+  const addr = (n: number) => `${prefix}.${base >> 8}.${(base & 255) + n}`;
   ip(["netns", "add", ns]);
   let server: ChildProcess | undefined;
   let extra: ChildProcess | undefined;

@@ -468,7 +468,7 @@ def test_egress_policy_and_update_network(control_plane):
     tag = secrets.token_hex(3)
     ns, dev = f"l2btest-{tag}", f"lbt{tag}"
     base = (int(tag[:4], 16) % 8000) * 8
-    addr = lambda n: f"10.203.{base >> 8}.{(base & 255) + n}"
+    addr = lambda n: f"198.18.{base >> 8}.{(base & 255) + n}"  # RFC 2544's range: not private space, which no sandbox reaches
     ip = lambda *a: subprocess.run(["ip", *a], check=True, capture_output=True)
     ip("netns", "add", ns)
     server = None

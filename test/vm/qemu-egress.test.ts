@@ -21,10 +21,13 @@ const why = missing ? ` [skipped: ${missing}]` : "";
 let cp: TestControlPlane;
 let restore = () => {};
 let peer: PeerHost;
+/** A peer on private space (10.203.0.0/16): no sandbox reaches it, whatever its allowOut. */
+let privatePeer: PeerHost;
 
 beforeAll(async () => {
   if (missing) return;
   peer = await startPeerHost();
+  privatePeer = await startPeerHost(undefined, { range: "private" });
   cp = await startTestControlPlane({ runtime: new QemuRuntime({ imagesDir: testImagesDir() }), imagesDir: testImagesDir() });
   restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
 });
@@ -33,6 +36,7 @@ afterAll(async () => {
   restore();
   await cp?.close();
   await peer?.close();
+  await privatePeer?.close();
 });
 
 const nftHas = (chain: string) => nftChain(chain) !== undefined;
@@ -41,8 +45,8 @@ describe.skipIf(missing !== undefined)(`egress policy on a qemu microVM${why}`, 
   it("denyOut refuses the listed address at once, the rest is reachable; updateNetwork lifts it; kill removes the rules", { timeout: 300_000 }, async () => {
     const s = await Sandbox.create("base", { network: { denyOut: [`${peer.a}/32`] }, timeoutMs: 600_000 });
     try {
-      const reach = async (addr: string) => {
-        const out = (await s.commands.run(`curl -s -m 20 http://${addr}:${peer.port}/ || echo "refused (exit $?)"`, { timeoutMs: 60_000 })).stdout.trim();
+      const reach = async (addr: string, user: "user" | "root" = "user") => {
+        const out = (await s.commands.run(`curl -s -m 20 http://${addr}:${peer.port}/ || echo "refused (exit $?)"`, { timeoutMs: 60_000, user })).stdout.trim();
         return out.startsWith("peer-ok") ? "host-ok" : out;
       };
       const route = await s.commands.run("ip route show default");
@@ -50,8 +54,9 @@ describe.skipIf(missing !== undefined)(`egress policy on a qemu microVM${why}`, 
       expect(gw, route.stdout).toMatch(/^10\.201\./);
       expect(await reach(peer.a)).toBe("refused (exit 7)");
       expect(await reach(peer.b)).toBe("host-ok");
-      // The host itself (its end of the tap) is never reachable.
+      // The host itself (its end of the tap) is never reachable, nor private space (a LAN, a VPC), as user or root.
       expect(await reach(gw!)).toMatch(/^refused/);
+      for (const user of ["user", "root"] as const) expect(await reach(privatePeer.a, user)).toBe("refused (exit 7)");
       await s.updateNetwork({});
       expect(await reach(peer.a)).toBe("host-ok");
       expect(nftHas(`sbx_${s.sandboxId}`)).toBe(true);

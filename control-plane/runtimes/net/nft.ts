@@ -7,13 +7,17 @@
 //     map sandboxes          ifname → jump sbx_<id>            (one element per sandbox device)
 //     set infra              addresses of the server's own infrastructure (its Postgres, the
 //                            Kubernetes API, LOCALE2B_SANDBOX_DENY): setInfrastructure()
+//     set private            private-ranges.ts: RFC 1918 and 100.64.0.0/10
 //     chain forward          from a sandbox: never to another sandbox's /30, link-local (cloud
-//                            metadata), multicast or @infra (no allowOut opens them); then its own
-//                            chain (anti-spoofing, egress policy); to a sandbox: only replies
+//                            metadata), multicast or @infra (no allowOut opens them); to @private
+//                            only as its own chain says, else rejected; then its own chain
+//                            (anti-spoofing, egress policy); to a sandbox: only replies
 //     chain input            from a sandbox to the host itself: only DNS to a host-local resolver
 //     chain postrouting      masquerade NET_BASE leaving by any other device
 //     chain sbx_<id>         only the sandbox's own source address; DNS to the resolvers;
-//                            allow CIDRs accept; deny CIDRs reject (admin-prohibited)
+//                            @private rejected but the operator's opened parts
+//                            (LOCALE2B_SANDBOX_ALLOW_PRIVATE); allow CIDRs accept; deny CIDRs
+//                            reject (admin-prohibited); the opened private parts accept
 // IPv6 is off on every sandbox device (and dropped here too): a sandbox has IPv4 only.
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import type { Logger } from "pino";
@@ -25,10 +29,11 @@ import type { EgressPolicy } from "../../domain/network.js";
 import { nft, TABLE } from "./nft-run.js";
 import { dropProxy, setProxy } from "./egress-proxy/proxies.js";
 import { setProxyInfrastructure } from "./egress-proxy/sandbox-proxy.js";
+import { openedPrivate, PRIVATE_RANGES } from "./private-ranges.js";
 
 const DEVICES = `"l2b*"`;
 /** An empty chain naming this version of the table's rules: another version is replaced. */
-const SCHEMA = "schema_3";
+const SCHEMA = "schema_4";
 
 /** The tools egress rules need that this host lacks, as a reason; undefined when it has them. */
 export function missingTools(tools: string[]): string | undefined {
@@ -47,10 +52,15 @@ export function tableRules(localDns: string[]): string[] {
     `add chain ${TABLE} ${SCHEMA}`,
     `add map ${TABLE} sandboxes { type ifname : verdict; }`,
     `add set ${TABLE} infra { type ipv4_addr; flags interval; auto-merge; }`,
+    `add set ${TABLE} private { type ipv4_addr; flags interval; auto-merge; elements = { ${PRIVATE_RANGES.join(", ")} } }`,
     `add chain ${TABLE} forward { type filter hook forward priority filter - 5; policy accept; }`,
     `add rule ${TABLE} forward iifname ${DEVICES} meta nfproto ipv6 drop`,
     `add rule ${TABLE} forward iifname ${DEVICES} ip daddr { ${NET_BASE}, 169.254.0.0/16, 224.0.0.0/3 } reject with icmp type admin-prohibited`,
     `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @infra reject with icmp type admin-prohibited`,
+    // Private space: the sandbox's chain decides (DNS to the host's resolvers, which may be private, and the
+    // parts its server opened); a device with no chain is refused.
+    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @private iifname vmap @sandboxes`,
+    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @private reject with icmp type admin-prohibited`,
     `add rule ${TABLE} forward iifname ${DEVICES} iifname vmap @sandboxes`,
     `add rule ${TABLE} forward oifname ${DEVICES} ct state established,related accept`,
     `add rule ${TABLE} forward oifname ${DEVICES} drop`,
@@ -114,13 +124,21 @@ export async function setInfrastructure(addresses: string[], log: Logger): Promi
 /** The nft chain of a sandbox. */
 export const policyChain = (sandboxId: string) => `sbx_${sandboxId}`;
 
-/** A sandbox's chain: its own address only, DNS first, then allow (wins), then deny. */
-export function policyRules(chain: string, policy: EgressPolicy, dns: string[], source?: string): string[] {
+/**
+ * A sandbox's chain: its own address only, DNS first, then private space but
+ * `opened` refused (no allowOut opens it), then allow (wins), then deny, then
+ * `opened` accepted (the forward chain refuses private space the chain leaves
+ * undecided).
+ */
+export function policyRules(chain: string, policy: EgressPolicy, dns: string[], source?: string, opened: readonly string[] = openedPrivate()): string[] {
   const rules = [`add chain ${TABLE} ${chain}`];
   if (source) rules.push(`add rule ${TABLE} ${chain} ip saddr != ${source} drop`);
   for (const d of dns) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto { tcp, udp } th dport 53 accept`);
+  const except = opened.length ? ` ip daddr != { ${opened.join(", ")} }` : "";
+  rules.push(`add rule ${TABLE} ${chain} ip daddr @private${except} reject with icmp type admin-prohibited`);
   for (const a of policy.allow) rules.push(`add rule ${TABLE} ${chain} ip daddr ${a} accept`);
   for (const d of policy.deny) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} reject with icmp type admin-prohibited`);
+  if (opened.length) rules.push(`add rule ${TABLE} ${chain} ip daddr { ${opened.join(", ")} } accept`);
   return rules;
 }
 

@@ -20,6 +20,7 @@ import { judge } from "./verdict.js";
 import { Interceptor } from "./intercept.js";
 import { interception } from "./interception.js";
 import { rulesChangeRequests, rulesFor } from "./transforms.js";
+import { barredPrivate } from "../private-ranges.js";
 
 /** How long a new connection may stay silent before it is judged as naming nothing (server-speaks-first protocols). */
 const FIRST_BYTES_WAIT_MS = 5000;
@@ -72,7 +73,7 @@ export function setProxyInfrastructure(cidrs: string[]): void {
 /** Addresses the proxy never connects to for a sandbox whatever it asks (nft keeps them from being redirected too); the host's own re-read every few seconds. */
 function forbidden(address: string): boolean {
   if (!never || Date.now() - never.at > 5000) never = { list: neverList(), at: Date.now() };
-  return never.list.check(address, "ipv4");
+  return never.list.check(address, "ipv4") || barredPrivate(address);
 }
 
 function neverList(): net.BlockList {
