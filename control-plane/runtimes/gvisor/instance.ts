@@ -1,4 +1,4 @@
-import { existsSync, renameSync, rmSync, statfsSync } from "node:fs";
+import { existsSync, rmSync, statfsSync } from "node:fs";
 import type { Logger } from "pino";
 import { DeathWatch } from "../death-watch.js";
 import { CpuMeter } from "../../host/cpu-meter.js";
@@ -14,11 +14,11 @@ import { deleteNetns } from "../net/netns.js";
 import { updateVethPolicy, type NetRecord } from "../net/veth.js";
 import type { EgressPolicy } from "../../domain/network.js";
 import { GUEST } from "../../images/layout.js";
-import { quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk, type GvisorLayout } from "./rootfs.js";
+import { removeSandboxDir, snapshotCheckpoint, snapshotDisk, type GvisorLayout } from "./rootfs.js";
 import type { Runsc } from "./runsc.js";
 import { setTimeout as sleep } from "node:timers/promises";
-import { accepts } from "../../host/unix-socket.js";
-import { copyDir, lstatOrUndefined, socketAt, syncFs } from "./host-ops.js";
+import { copyDir, syncFs } from "./host-ops.js";
+import { claimDialSocket, quiesceListener, relistenListener } from "./host-listener.js";
 import { OomRanks } from "./oom-ranks.js";
 import { bindVolumes, unbindVolumes, type GvisorVolume } from "./volume-binds.js";
 
@@ -70,12 +70,6 @@ export interface GvisorInstanceInit {
   log: Logger;
 }
 
-/** Signals the init (rootfs/init) takes in process mode: close the host listener and connections, and listen again. */
-const SIG_QUIESCE = "URG";
-const SIG_RELISTEN = "WINCH";
-/** How long the init may take to quiesce, and envd's socket to come back after a restore. */
-const QUIESCE_MS = 5_000;
-const RELISTEN_MS = 15_000;
 /** How long a killed sentry may take to be gone (its memory unmapped). */
 const KILL_WAIT_MS = 10_000;
 
@@ -140,33 +134,10 @@ export class GvisorInstance implements Instance {
     this.cpu = new CpuMeter(o.cpuCount, o.cgroup?.cpuNs() ?? 0);
   }
 
-  /**
-   * True once envd's socket is where the control plane dials it. The init
-   * creates it in the host directory the sandbox shares, where root in the
-   * sandbox could swap it for a symlink to any Unix socket on the host, and
-   * the control plane's dials would follow it. So the socket is renamed out
-   * of that directory (a listening socket keeps working under a new name)
-   * as soon as it is there, and only a real socket is: anything else there
-   * (a symlink, a file) is never dialed, and the create times out saying so.
-   */
+  /** True once envd's socket is where the control plane dials it (host-listener.ts: never anything else put there). */
   vsockReady(): boolean {
     this.rankOom();
-    if (socketAt(this.o.layout.dialSocket)) return true;
-    if (!socketAt(this.o.layout.socket)) {
-      if (lstatOrUndefined(this.o.layout.socket)) {
-        this.o.log.warn({ sandboxId: this.sandboxId }, "envd's socket in the sandbox's shared host directory is not a socket (tampered with from inside?): not dialing it");
-      }
-      return false;
-    }
-    try {
-      renameSync(this.o.layout.socket, this.o.layout.dialSocket);
-    } catch {
-      return false;
-    }
-    // rename() moves whatever is there at that moment: check what arrived.
-    if (socketAt(this.o.layout.dialSocket)) return true;
-    rmSync(this.o.layout.dialSocket, { force: true });
-    return false;
+    return claimDialSocket(this.o.layout, this.o.log, this.sandboxId);
   }
 
   /** Ranks the sandbox's host processes for the OOM killer (oom-ranks.ts): new ones since the last look. */
@@ -375,37 +346,12 @@ export class GvisorInstance implements Instance {
       .catch((err: unknown) => this.o.log.warn({ err }, "cannot set the restored sandbox's hostname"));
   }
 
-  /** Asks the init to close its host listener and connections, and waits until it has (its ack file, and no listener). */
-  private async quiesce(): Promise<void> {
-    const ack = quiescedAck(this.o.layout);
-    rmSync(ack, { force: true });
-    await this.o.runsc.signal(SIG_QUIESCE);
-    const deadline = Date.now() + QUIESCE_MS;
-    while (Date.now() < deadline) {
-      if (lstatOrUndefined(ack)?.isFile()) return;
-      await sleep(10);
-    }
-    throw new Error(`the sandbox's init did not close its host connections within ${QUIESCE_MS} ms (a template built before pause-to-disk support? rebuild it)`);
+  private quiesce(): Promise<void> {
+    return quiesceListener(this.o.runsc, this.o.layout);
   }
 
-  /** Asks the init to listen again (after a restore, or a failed checkpoint), and waits until its socket is where the control plane dials it. */
-  private async relisten(): Promise<void> {
-    const deadline = Date.now() + RELISTEN_MS;
-    let asked = 0;
-    while (Date.now() < deadline) {
-      // Asked again every 2 s: a restored sandbox's mounts may not be back at the first ask.
-      if (Date.now() - asked > 2_000) {
-        rmSync(this.o.layout.dialSocket, { force: true }); // the closed listener's socket: the init makes a new one
-        await this.o.runsc.signal(SIG_RELISTEN);
-        asked = Date.now();
-      }
-      if (this.vsockReady()) {
-        if (await accepts(this.o.layout.dialSocket)) return;
-        rmSync(this.o.layout.dialSocket, { force: true }); // a socket nobody listens on: wait for the next one
-      }
-      await sleep(20);
-    }
-    throw new Error(`envd's socket did not come back within ${RELISTEN_MS} ms`);
+  private relisten(): Promise<void> {
+    return relistenListener(this.o.runsc, this.o.layout, () => this.vsockReady());
   }
 
   async kill(): Promise<void> {
