@@ -3,9 +3,12 @@
 // range, as a LAN or a VPC is) is refused whatever the sandbox's allowOut
 // says, also through the egress proxy (a name pointed at it), while a test
 // host on public space is reachable and DNS to the host's resolvers works;
-// a server started with LOCALE2B_SANDBOX_ALLOW_PRIVATE lets its sandboxes
-// reach exactly the parts it names, and their denyOut still applies.
-import { spawnSync } from "node:child_process";
+// a resolver behind the host's DNAT (as a cluster's DNS Service is) stays
+// allowed, the address it is rewritten to does not; a server started with
+// LOCALE2B_SANDBOX_ALLOW_PRIVATE lets its sandboxes reach exactly the parts it
+// names, and their denyOut still applies.
+import { execFileSync, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
@@ -118,6 +121,50 @@ describe.skipIf(missing !== undefined)("a name in allowOut that resolves to priv
       for (const user of ["user", "root"] as const) {
         expect(await reach(sbx, `http://mirror.internal.test:${inside.port}/`, user)).toMatch(/^refused \(exit (7|52|56)\)$/);
         expect(await reach(sbx, `http://public.example.test:${outside.port}/`, user)).toBe(`peer-ok ${outside.b}`);
+      }
+    } finally {
+      await sbx.kill();
+    }
+  });
+});
+
+describe.skipIf(missing !== undefined)("a resolver behind the host's DNAT, as a Kubernetes DNS Service is", () => {
+  // The sandboxes' resolver is a Service-like address (unused, private) that a host nat rule rewrites to a DNS
+  // server in private space, as kube-proxy rewrites a ClusterIP to a CoreDNS pod.
+  const serviceIp = "100.127.53.53";
+  const table = `l2btest_dnat_${randomBytes(3).toString("hex")}`;
+  let dns: NamedPeer;
+  let s: { cp: TestControlPlane; done: () => Promise<void> };
+  beforeAll(async () => {
+    dns = await startNamedPeer(["dns.internal.test"], () => ({ "mirror.internal.test": inside.a }), { range: "private" });
+    const nft = (script: string) => execFileSync("nft", ["-f", "-"], { input: script });
+    nft(`add table ip ${table}
+add chain ip ${table} pre { type nat hook prerouting priority dstnat; }
+add rule ip ${table} pre ip daddr ${serviceIp} udp dport 53 dnat to ${dns.a}
+add rule ip ${table} pre ip daddr ${serviceIp} tcp dport 53 dnat to ${dns.a}`);
+    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined, LOCALE2B_DNS: serviceIp });
+  });
+  afterAll(async () => {
+    await s?.done();
+    spawnSync("nft", ["delete", "table", "ip", table]);
+    await dns?.close();
+  });
+
+  it("names resolve through it, as user and as root; the DNS server's own address is refused", async () => {
+    const sbx = await Sandbox.create("base", { network: { allowOut: [`${outside.a}/32`], denyOut: ["0.0.0.0/0"] } });
+    try {
+      for (const user of ["user", "root"] as const) {
+        expect((await sbx.commands.run("getent hosts mirror.internal.test", { user })).stdout).toContain(inside.a);
+        // Asked directly, the rewritten-to address is private space like any other.
+        // EHOSTUNREACH (113): the host's reject; a reached server would accept or reset (ECONNREFUSED, 111).
+        const direct = await sbx.commands.run(`python3 -c "
+import socket
+s = socket.socket(); s.settimeout(5)
+try:
+    s.connect(('${dns.a}', 53)); print('REACHED')
+except OSError as e:
+    print('refused', e.errno)"`, { user });
+        expect(direct.stdout.trim()).toBe("refused 113");
       }
     } finally {
       await sbx.kill();

@@ -21,8 +21,8 @@ export interface NamedPeer extends PeerHost {
 /** The servers' script: beside this file, or in the source tree when this runs from dist/ (the bench). */
 const SERVERS = [join(import.meta.dirname, "named-servers.cjs"), join(import.meta.dirname, "../../../test/helpers/named-servers.cjs")].find((p) => existsSync(p))!;
 
-/** The peer, with `names` in its certificate and `records(peer)` as its first answers. */
-export async function startNamedPeer(names: string[], records: (p: PeerHost) => Record<string, string>): Promise<NamedPeer> {
+/** The peer, with `names` in its certificate and `records(peer)` as its first answers (`range`: startPeerHost's). */
+export async function startNamedPeer(names: string[], records: (p: PeerHost) => Record<string, string>, o: { range?: "public" | "private" } = {}): Promise<NamedPeer> {
   const dir = mkdtempSync(join(tmpdir(), "locale2b-named-peer-"));
   const ca = makeTestCa();
   const file = join(dir, "records.json");
@@ -33,7 +33,7 @@ export async function startNamedPeer(names: string[], records: (p: PeerHost) => 
     peer = await startPeerHost({
       script: `require(${JSON.stringify(SERVERS)})`,
       env: { RECORDS: file, CERT: join(dir, "cert.pem"), KEY: join(dir, "key.pem") },
-    });
+    }, o);
   } catch (err) {
     ca.remove();
     rmSync(dir, { recursive: true, force: true });

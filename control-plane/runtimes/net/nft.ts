@@ -33,7 +33,7 @@ import { openedPrivate, PRIVATE_RANGES } from "./private-ranges.js";
 
 const DEVICES = `"l2b*"`;
 /** An empty chain naming this version of the table's rules: another version is replaced. */
-const SCHEMA = "schema_4";
+const SCHEMA = "schema_5";
 
 /** The tools egress rules need that this host lacks, as a reason; undefined when it has them. */
 export function missingTools(tools: string[]): string | undefined {
@@ -57,10 +57,12 @@ export function tableRules(localDns: string[]): string[] {
     `add rule ${TABLE} forward iifname ${DEVICES} meta nfproto ipv6 drop`,
     `add rule ${TABLE} forward iifname ${DEVICES} ip daddr { ${NET_BASE}, 169.254.0.0/16, 224.0.0.0/3 } reject with icmp type admin-prohibited`,
     `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @infra reject with icmp type admin-prohibited`,
-    // Private space: the sandbox's chain decides (DNS to the host's resolvers, which may be private, and the
-    // parts its server opened); a device with no chain is refused.
-    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @private iifname vmap @sandboxes`,
-    `add rule ${TABLE} forward iifname ${DEVICES} ip daddr @private reject with icmp type admin-prohibited`,
+    // Private space, as dialed or after the host's own DNAT (a Kubernetes Service's): the sandbox's chain decides
+    // (DNS to the host's resolvers, which may be private, and the parts its server opened); no chain, refused.
+    ...["ip daddr", "ct original ip daddr"].flatMap((d) => [
+      `add rule ${TABLE} forward iifname ${DEVICES} ${d} @private iifname vmap @sandboxes`,
+      `add rule ${TABLE} forward iifname ${DEVICES} ${d} @private reject with icmp type admin-prohibited`,
+    ]),
     `add rule ${TABLE} forward iifname ${DEVICES} iifname vmap @sandboxes`,
     `add rule ${TABLE} forward oifname ${DEVICES} ct state established,related accept`,
     `add rule ${TABLE} forward oifname ${DEVICES} drop`,
@@ -133,9 +135,12 @@ export const policyChain = (sandboxId: string) => `sbx_${sandboxId}`;
 export function policyRules(chain: string, policy: EgressPolicy, dns: string[], source?: string, opened: readonly string[] = openedPrivate()): string[] {
   const rules = [`add chain ${TABLE} ${chain}`];
   if (source) rules.push(`add rule ${TABLE} ${chain} ip saddr != ${source} drop`);
-  for (const d of dns) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} meta l4proto { tcp, udp } th dport 53 accept`);
-  const except = opened.length ? ` ip daddr != { ${opened.join(", ")} }` : "";
-  rules.push(`add rule ${TABLE} ${chain} ip daddr @private${except} reject with icmp type admin-prohibited`);
+  // As dialed: a resolver behind the host's DNAT (a cluster's DNS Service) is reached at another address.
+  for (const d of dns) rules.push(`add rule ${TABLE} ${chain} ct original ip daddr ${d} meta l4proto { tcp, udp } ct original proto-dst 53 accept`);
+  for (const dst of ["ip daddr", "ct original ip daddr"]) {
+    const except = opened.length ? ` ${dst} != { ${opened.join(", ")} }` : "";
+    rules.push(`add rule ${TABLE} ${chain} ${dst} @private${except} reject with icmp type admin-prohibited`);
+  }
   for (const a of policy.allow) rules.push(`add rule ${TABLE} ${chain} ip daddr ${a} accept`);
   for (const d of policy.deny) rules.push(`add rule ${TABLE} ${chain} ip daddr ${d} reject with icmp type admin-prohibited`);
   if (opened.length) rules.push(`add rule ${TABLE} ${chain} ip daddr { ${opened.join(", ")} } accept`);
