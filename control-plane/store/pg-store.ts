@@ -2,14 +2,13 @@ import pg from "pg";
 import { LIVE_STATES, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { SnapshotFilter, SnapshotRecord } from "../domain/snapshot.js";
 import type { TemplateBuildRecord, TemplateRecord, TemplateTagRecord } from "../domain/template.js";
-import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, pendingMigrations, sealedOf, secretOf } from "./store-common.js";
+import { hashKey, LAST_USED_GRANULARITY_MS, maskKey, newApiKey, newKeyId, nodeOf, pendingMigrations } from "./store-common.js";
 import type { ApiKeyInfo, Store } from "./store.js";
 import type { NodeRecord } from "../domain/node.js";
 import type { VolumeRecord } from "../domain/volume.js";
 import type { SealedVersion, SecretRecord } from "../domain/secret.js";
-import { nodeOf } from "./store-common.js";
 import { PG_MIGRATIONS } from "./pg-migrations.js";
-
+import * as secrets from "./pg-secrets.js";
 
 /** Any number for pg_advisory_xact_lock, the same in every replica: migrations run one replica at a time. */
 const MIGRATION_LOCK = 0x6c326230; // "l2b0"
@@ -17,7 +16,7 @@ const MIGRATION_LOCK = 0x6c326230; // "l2b0"
 /** The first key of the node-name advisory locks (the second: the name's hash). */
 const NODE_LOCK = 0x6c32626e; // "l2bn"
 
-type Queryable = Pick<pg.PoolClient, "query">;
+export type Queryable = Pick<pg.PoolClient, "query">;
 
 /**
  * The control plane's state in Postgres, for a fleet: any number of API
@@ -355,59 +354,27 @@ export class PgStore implements Store {
   }
 
   addSecret(r: SecretRecord, first: SealedVersion): Promise<boolean> {
-    return this.tx(async (c) => {
-      const added = ((
-        await c.query(
-          "INSERT INTO secrets (id, team, name, current_version, metadata, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-          [r.id, r.team, r.name, r.currentVersion, JSON.stringify(r.metadata), r.createdAt, r.updatedAt],
-        )
-      ).rowCount ?? 0) > 0;
-      if (added) await c.query("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES ($1, $2, $3, $4)", [first.secretId, first.version, first.sealed, first.createdAt]);
-      return added;
-    });
+    return this.tx((c) => secrets.add(c, r, first));
   }
 
-  async getSecret(team: string, idOrName: string): Promise<SecretRecord | undefined> {
-    const row = (await this.rows("SELECT * FROM secrets WHERE team = $1 AND (id = $2 OR name = $2)", [team, idOrName]))[0];
-    return row ? secretOf(row) : undefined;
+  getSecret(team: string, idOrName: string): Promise<SecretRecord | undefined> {
+    return secrets.get(this.pool, team, idOrName);
   }
 
-  async listSecrets(team: string, opts: { after?: string; limit: number }): Promise<SecretRecord[]> {
-    return (await this.rows('SELECT * FROM secrets WHERE team = $1 AND name COLLATE "C" > $2 ORDER BY name COLLATE "C" LIMIT $3', [team, opts.after ?? "", opts.limit])).map(secretOf);
+  listSecrets(team: string, opts: { after?: string; limit: number }): Promise<SecretRecord[]> {
+    return secrets.list(this.pool, team, opts);
   }
 
   addSecretVersion(team: string, id: string, seal: (version: number) => string, metadata: Record<string, string> | undefined, now: number): Promise<SecretRecord | undefined> {
-    return this.tx(async (c) => {
-      // The row lock orders concurrent updates: each reads the number the one before it wrote.
-      const row = (await c.query("SELECT current_version FROM secrets WHERE team = $1 AND id = $2 FOR UPDATE", [team, id])).rows[0] as { current_version: string } | undefined;
-      if (!row) return undefined;
-      const version = Number(row.current_version) + 1;
-      await c.query("INSERT INTO secret_versions (secret_id, version, sealed, created_at) VALUES ($1, $2, $3, $4)", [id, version, seal(version), now]);
-      const updated = await c.query("UPDATE secrets SET current_version = $1, updated_at = $2, metadata = coalesce($3, metadata) WHERE id = $4 RETURNING *", [
-        version,
-        now,
-        metadata ? JSON.stringify(metadata) : null,
-        id,
-      ]);
-      return secretOf(updated.rows[0] as Record<string, unknown>);
-    });
+    return this.tx((c) => secrets.addVersion(c, team, id, seal, metadata, now));
   }
 
-  async currentSecret(team: string, name: string): Promise<{ record: SecretRecord; version: SealedVersion } | undefined> {
-    const row = (
-      await this.rows(
-        "SELECT s.*, v.secret_id, v.version, v.sealed, v.created_at AS version_created_at FROM secrets s JOIN secret_versions v ON v.secret_id = s.id AND v.version = s.current_version WHERE s.team = $1 AND s.name = $2",
-        [team, name],
-      )
-    )[0];
-    return row ? { record: secretOf(row), version: sealedOf(row) } : undefined;
+  currentSecret(team: string, name: string): Promise<{ record: SecretRecord; version: SealedVersion } | undefined> {
+    return secrets.current(this.pool, team, name);
   }
 
   deleteSecret(team: string, id: string): Promise<boolean> {
-    return this.tx(async (c) => {
-      await c.query("DELETE FROM secret_versions WHERE secret_id IN (SELECT id FROM secrets WHERE team = $1 AND id = $2)", [team, id]);
-      return ((await c.query("DELETE FROM secrets WHERE team = $1 AND id = $2", [team, id])).rowCount ?? 0) > 0;
-    });
+    return this.tx((c) => secrets.remove(c, team, id));
   }
 
   /**
