@@ -6,6 +6,7 @@ import type { EgressRules } from "../domain/network.js";
 import { byStart, type CreateSandboxInput, type LifecycleEventType, type ListFilter, type SandboxRecord } from "../domain/sandbox.js";
 import type { SandboxBoot } from "../domain/template.js";
 import { closeEgressProxies } from "../runtimes/net/egress-proxy/proxies.js";
+import { forgetPolicies } from "../runtimes/net/nft.js";
 import type { GuestVolume, Instance } from "../runtimes/runtime.js";
 import { RuntimeSet } from "../runtimes/runtime-set.js";
 import type { Endpoint } from "../transport/endpoint.js";
@@ -172,6 +173,7 @@ export class SandboxManager {
     await this.warm.close();
     await this.runtimes.close();
     for (const rec of this.list({ states: ["paused"] })) await this.locks.run(rec.id, () => this.closeWhilePaused(rec.id));
+    forgetPolicies(this.instances.ids());
     await closeEgressProxies(this.instances.ids());
     for (const inst of this.instances.all()) inst.detach();
     this.o.transport.destroy();

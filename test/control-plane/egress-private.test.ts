@@ -13,6 +13,7 @@ import { Sandbox } from "e2b";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessRuntime } from "../../control-plane/runtimes/process/process-runtime.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
+import { nftChain } from "../helpers/egress.js";
 import { startNamedPeer, type NamedPeer } from "../helpers/named-peer.js";
 import { startPeerHost, type PeerHost } from "../helpers/peer-host.js";
 import { setEnv } from "../helpers/sdk.js";
@@ -95,6 +96,37 @@ describe.skipIf(missing !== undefined)("private networks are out of a sandbox's 
       for (const user of ["user", "root"] as const) {
         expect(await reach(sbx, `http://${inside.a}:${inside.port}/`, user)).toBe("refused (exit 7)");
         expect(await reach(sbx, `http://${outside.a}:${outside.port}/`, user)).toBe(`peer-ok ${outside.a}`);
+      }
+    } finally {
+      await sbx.kill();
+    }
+  });
+});
+
+describe.skipIf(missing !== undefined)("rules removed under a running sandbox (a firewall reload)", () => {
+  let s: { cp: TestControlPlane; done: () => Promise<void> };
+  beforeAll(async () => {
+    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined });
+  });
+  afterAll(async () => {
+    await s?.done();
+  });
+
+  it("come back within seconds: its denyOut holds again; private space stays refused meanwhile", async () => {
+    const sbx = await Sandbox.create("base", { network: { denyOut: [`${outside.a}/32`] } });
+    try {
+      const chain = `sbx_${sbx.sandboxId}`;
+      expect(await reach(sbx, `http://${outside.a}:${outside.port}/`)).toBe("refused (exit 7)");
+      // What a reload does to this sandbox's rules (not to the whole table here: other tests' sandboxes share it).
+      execFileSync("nft", ["-f", "-"], { input: `delete element inet locale2b sandboxes { "l2b${sbx.sandboxId.slice(-12)}" }\ndelete chain inet locale2b ${chain}` });
+      expect(nftChain(chain)).toBeUndefined();
+      // A device without a chain is still refused private space (the table's own rule).
+      expect(await reach(sbx, `http://${inside.a}:${inside.port}/`, "root")).toBe("refused (exit 7)");
+      for (let i = 0; i < 100 && nftChain(chain) === undefined; i++) await new Promise((r) => setTimeout(r, 300));
+      expect(nftChain(chain), "the server wrote the sandbox's chain again").toBeDefined();
+      for (const user of ["user", "root"] as const) {
+        expect(await reach(sbx, `http://${outside.a}:${outside.port}/`, user)).toBe("refused (exit 7)");
+        expect(await reach(sbx, `http://${outside.b}:${outside.port}/`, user)).toBe(`peer-ok ${outside.b}`);
       }
     } finally {
       await sbx.kill();

@@ -119,6 +119,7 @@ export async function setInfrastructure(addresses: string[], log: Logger): Promi
   if (!findExecutable("nft") || process.getuid?.() !== 0) return;
   await ensureTable(log);
   const v4 = [...new Set(addresses.filter((a) => /^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$/.test(a)))];
+  lastInfrastructure = v4;
   setProxyInfrastructure(v4);
   await nft([`flush set ${TABLE} infra`, ...(v4.length ? [`add element ${TABLE} infra { ${v4.join(", ")} }`] : [])].join("\n"));
 }
@@ -162,24 +163,96 @@ export function disableIpv6(device: string): void {
  * `source`: the only address the sandbox may send from.
  */
 export async function applyPolicy(device: string, sandboxId: string, policy: EgressPolicy, log: Logger, source?: string): Promise<void> {
+  applied.set(device, { sandboxId, policy, log, ...(source ? { source } : {}) });
+  watchRules(log);
   await ensureTable(log);
   const chain = policyChain(sandboxId);
-  await nft(
-    [
-      `add chain ${TABLE} ${chain}`,
-      `flush chain ${TABLE} ${chain}`,
-      ...policyRules(chain, policy, nameServers(), source),
-      `add element ${TABLE} sandboxes { "${device}" : jump ${chain} }`,
-    ].join("\n"),
-  );
+  const script = [
+    `add chain ${TABLE} ${chain}`,
+    `flush chain ${TABLE} ${chain}`,
+    ...policyRules(chain, policy, nameServers(), source),
+    `add element ${TABLE} sandboxes { "${device}" : jump ${chain} }`,
+  ].join("\n");
+  await nft(script).catch(async (err: unknown) => {
+    // The table went since this process wrote it (a firewall reload, another version's server): again, once.
+    if (await schemaPresent()) throw err;
+    tableReady = undefined;
+    await ensureTable(log);
+    await nft(script);
+  });
   // Host names: the sandbox's TCP that its addresses do not settle goes through its egress proxy.
   await setProxy(device, sandboxId, policy, log);
+}
+
+/** What applyPolicy wrote for each live sandbox device of this process: written again if it goes missing. */
+const applied = new Map<string, { sandboxId: string; policy: EgressPolicy; log: Logger; source?: string }>();
+/** How often the table and this process's sandbox chains are looked at. */
+export const RULES_CHECK_MS = 3_000;
+let rulesTimer: NodeJS.Timeout | undefined;
+let checking = false;
+let lastInfrastructure: string[] = [];
+
+const schemaPresent = () =>
+  runCommand(findExecutable("nft")!, ["list", "chain", ...TABLE.split(" "), SCHEMA]).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * While this process has sandboxes with rules, their isolation must not end
+ * with a firewall reload (`nft flush ruleset`, firewalld, ufw) or a chain
+ * deleted by hand: every RULES_CHECK_MS the table is listed, and what is
+ * missing (the whole table, or a sandbox's chain) is written again.
+ */
+function watchRules(log: Logger): void {
+  if (rulesTimer) return;
+  rulesTimer = setInterval(() => void checkRules(log), RULES_CHECK_MS);
+  rulesTimer.unref();
+}
+
+async function checkRules(log: Logger): Promise<void> {
+  if (checking) return;
+  if (applied.size === 0) {
+    clearInterval(rulesTimer);
+    rulesTimer = undefined;
+    return;
+  }
+  checking = true;
+  try {
+    const listed = await runCommand(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then((r) => String(r.stdout), () => "");
+    const tableGone = !listed.includes(`chain ${SCHEMA} {`);
+    const missing = [...applied].filter(([, a]) => tableGone || !listed.includes(`chain ${policyChain(a.sandboxId)} {`));
+    if (missing.length === 0) return;
+    log.warn({ tableGone, sandboxes: missing.map(([, a]) => a.sandboxId) }, "sandbox network rules went missing (a firewall reload?): writing them again");
+    if (tableGone) {
+      tableReady = undefined;
+      await ensureTable(log);
+      if (lastInfrastructure.length) await setInfrastructure(lastInfrastructure, log);
+    }
+    for (const [device, a] of missing) {
+      if (applied.get(device) !== a) continue; // removed or replaced meanwhile
+      if (!existsSync(`/sys/class/net/${device}`)) {
+        applied.delete(device); // the sandbox is gone (killed by another server)
+        continue;
+      }
+      await applyPolicy(device, a.sandboxId, a.policy, a.log, a.source).catch((err: unknown) => a.log.error({ err, sandboxId: a.sandboxId }, "cannot write the sandbox's network rules again"));
+    }
+  } finally {
+    checking = false;
+  }
+}
+
+/** A server stops and leaves its sandboxes running: their rules are no longer this process's to keep. */
+export function forgetPolicies(sandboxIds: string[]): void {
+  const ids = new Set(sandboxIds);
+  for (const [device, a] of applied) if (ids.has(a.sandboxId)) applied.delete(device);
 }
 
 /** Removes a sandbox's chain; what is already gone is fine. */
 export async function removePolicy(device: string, sandboxId: string): Promise<void> {
   const bin = findExecutable("nft");
   if (!bin) return;
+  if (applied.get(device)?.sandboxId === sandboxId) applied.delete(device);
   await dropProxy(sandboxId, device);
   await runCommand(bin, ["delete", "element", ...TABLE.split(" "), "sandboxes", `{ "${device}" }`]).catch(() => undefined);
   await runCommand(bin, ["delete", "chain", ...TABLE.split(" "), policyChain(sandboxId)]).catch(() => undefined);
