@@ -84,12 +84,13 @@ describe.skipIf(missing !== undefined)(`gvisor: a limit fails the offender, not 
       // A few processes of a burst whose stub was killed never finish exiting (runsc 20240729 systrap),
       // so the shell waiting for them is given up on; its output goes to a file, which they hold open.
       await sh(s, "timeout -s KILL 40 bash /tmp/burst.sh > /tmp/burst.out 2>&1");
-      const record = await cp.store.getSandbox(s.sandboxId);
-      if (record?.state === "running") {
+      // Alive, or ended and reported so: the record may still say running for a moment after the kernel took
+      // the sentry (its death is noticed within a poll), so a sandbox that does not answer must come to be reported.
+      const lived = (await cp.store.getSandbox(s.sandboxId))?.state === "running" && (await sh(s, "echo alive")).out === "alive\n";
+      if (lived) {
         expect(oomKills(s)).toBeGreaterThan(before);
-        expect((await sh(s, "echo alive")).out).toBe("alive\n");
       } else {
-        await waitFor(async () => (await cp.store.getSandbox(s.sandboxId))?.state === "killed", "the sandbox to be reported dead");
+        await waitFor(async () => (await cp.store.getSandbox(s.sandboxId))?.state === "killed", "the sandbox that stopped answering to be reported dead");
         expect((await cp.store.getSandbox(s.sandboxId))!.endReason).toMatch(/ran out of memory \(\d+ MiB\)/);
       }
       await bothAnswer();
