@@ -45,7 +45,7 @@ import { setting } from "./settings.js";
 import { NODE_ONLY_MESSAGE, takeNodeToken } from "./fleet/node-agent.js";
 import { startNodePresence } from "./fleet/node-presence.js";
 import { inCluster } from "./fleet/kubernetes-client.js";
-import { InfrastructureGuard, parseDenyList } from "./fleet/infrastructure.js";
+import { InfrastructureGuard, parseAddressList } from "./fleet/infrastructure.js";
 import { setOpenedPrivate } from "./runtimes/net/private-ranges.js";
 import { IMAGE_ROUTE, imagePuller, serveImage } from "./fleet/image-transfer.js";
 import { refuseUpgrade } from "./api/proxy/upgrade.js";
@@ -186,8 +186,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   if (pairs) for (const warning of tlsWarnings(pairs, opts.domain)) log.warn({ component: "tls" }, warning);
   // Sandboxes never reach the server's own infrastructure (its Postgres, the Kubernetes API), allowOut or not,
   // nor private networks (a LAN, a VPC, a tailnet) but the parts the operator opens. A bad list stops the start here.
-  const deny = parseDenyList(setting("LOCALE2B_SANDBOX_DENY"));
-  setOpenedPrivate(parseDenyList(setting("LOCALE2B_SANDBOX_ALLOW_PRIVATE"), "LOCALE2B_SANDBOX_ALLOW_PRIVATE"));
+  const deny = parseAddressList(setting("LOCALE2B_SANDBOX_DENY"));
+  setOpenedPrivate(parseAddressList(setting("LOCALE2B_SANDBOX_ALLOW_PRIVATE"), "LOCALE2B_SANDBOX_ALLOW_PRIVATE"));
   const store = await openStore(opts, log);
   const cluster = inCluster();
   const guard = opts.databaseUrl || cluster || deny.length ? new InfrastructureGuard({ ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}), ...(cluster ? { cluster } : {}), deny, log }) : undefined;

@@ -26,7 +26,7 @@ export function databaseHost(url: string): string | undefined {
 }
 
 /** `a, b/24, ...` as a list of IPv4 addresses and CIDRs; anything else is refused with a message naming `variable`. */
-export function parseDenyList(raw: string | undefined, variable = "LOCALE2B_SANDBOX_DENY"): string[] {
+export function parseAddressList(raw: string | undefined, variable = "LOCALE2B_SANDBOX_DENY"): string[] {
   if (!raw?.trim()) return [];
   return raw.split(",").map((x) => x.trim()).filter(Boolean).map((x) => {
     const m = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?:\/(\d{1,2}))?$/.exec(x);

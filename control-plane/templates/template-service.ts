@@ -16,6 +16,7 @@ import { BuildLog, logsPage, statusPage } from "./build-log.js";
 import { builtInBuild, builtInTemplate, type BuiltInDefaults } from "./built-in-templates.js";
 import { DEFAULT_TAG, isTemplateId, newBuildId, newTemplateId, parseTemplateRef, printable, tagProblem, type TemplateRef } from "./names.js";
 import { checkBuildSpec } from "./steps.js";
+import { assignTags, deleteTags, taggedBuild } from "./template-tags.js";
 import type { TemplateFiles } from "./uploads.js";
 
 /** What a build start carries beside its spec: the registry's credentials, held in memory only. */
@@ -102,10 +103,7 @@ export class TemplateService implements TemplateResolver {
 
   /** A template by reference, or not_found. */
   async get(raw: string): Promise<TemplateView> {
-    const ref = this.parse(raw);
-    const t = await this.find(ref);
-    if (!t) throw new ControlPlaneError("not_found", `template '${printable(raw)}' not found`);
-    return this.view(t);
+    return this.view((await this.named(raw)).t);
   }
 
   private async view(t: TemplateRecord): Promise<TemplateView> {
@@ -177,11 +175,16 @@ export class TemplateService implements TemplateResolver {
     return this.lock.run("templates", fn);
   }
 
-  /** The build a tag of a template points at. */
-  private async taggedBuild(t: TemplateRecord, tag: string): Promise<TemplateBuildRecord | undefined> {
-    if (t.builtIn) return tag === DEFAULT_TAG ? builtInBuild(this.o.catalog, this.o.defaults, t) : undefined;
-    const rec = await this.o.store.getTemplateTag(t.id, tag);
-    return rec ? this.o.store.getTemplateBuild(rec.buildId) : undefined;
+  private taggedBuild(t: TemplateRecord, tag: string): Promise<TemplateBuildRecord | undefined> {
+    return taggedBuild(this.o, t, tag);
+  }
+
+  /** The template `raw` names, with the reference, or not_found. */
+  private async named(raw: string): Promise<{ ref: TemplateRef; t: TemplateRecord }> {
+    const ref = this.parse(raw);
+    const t = await this.find(ref);
+    if (!t) throw new ControlPlaneError("not_found", `template '${printable(raw)}' not found`);
+    return { ref, t };
   }
 
   // --- builds ---------------------------------------------------------------
@@ -412,41 +415,15 @@ export class TemplateService implements TemplateResolver {
 
   /** POST /templates/tags: `target` is `name:tag` (or `name`, the default tag): its build gets `tags` too. */
   assignTags(target: string, tags: string[]): Promise<{ buildId: string; tags: string[] }> {
-    return this.exclusive(() => this.assignTagsLocked(target, tags));
-  }
-
-  private async assignTagsLocked(target: string, tags: string[]): Promise<{ buildId: string; tags: string[] }> {
-    const ref = this.parse(target);
-    const t = await this.find(ref);
-    if (!t) throw new ControlPlaneError("not_found", `template '${printable(target)}' not found`);
-    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: it has only the tag '${DEFAULT_TAG}'`);
-    if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
-    for (const tag of tags) {
-      const problem = tagProblem(tag);
-      if (problem) throw new ControlPlaneError("invalid", problem);
-    }
-    const build = await this.taggedBuild(t, ref.tag ?? DEFAULT_TAG);
-    if (!build || build.status !== "ready") throw new ControlPlaneError("not_found", `template '${printable(target)}' has no ready build to tag`);
-    const now = Date.now();
-    for (const tag of tags) await this.o.store.putTemplateTag({ templateId: t.id, tag, buildId: build.id, createdAt: now });
-    return { buildId: build.id, tags };
+    return this.exclusive(async () => {
+      const { ref, t } = await this.named(target);
+      return assignTags(this.o, t, target, ref.tag ?? DEFAULT_TAG, tags);
+    });
   }
 
   /** DELETE /templates/tags. */
   deleteTags(name: string, tags: string[]): Promise<void> {
-    return this.exclusive(() => this.deleteTagsLocked(name, tags));
-  }
-
-  private async deleteTagsLocked(name: string, tags: string[]): Promise<void> {
-    const ref = this.parse(name);
-    const t = await this.find(ref);
-    if (!t) throw new ControlPlaneError("not_found", `template '${printable(name)}' not found`);
-    if (t.builtIn) throw new ControlPlaneError("invalid", `template '${t.id}' is built on the server: its tag cannot be removed`);
-    if (tags.length === 0) throw new ControlPlaneError("invalid", "no tags given");
-    const missing: string[] = [];
-    for (const tag of tags) if (!(await this.o.store.getTemplateTag(t.id, tag))) missing.push(tag);
-    if (missing.length) throw new ControlPlaneError("not_found", `template '${printable(name)}' has no tag ${missing.map((m) => `'${printable(m)}'`).join(", ")}`);
-    for (const tag of tags) await this.o.store.deleteTemplateTag(t.id, tag);
+    return this.exclusive(async () => deleteTags(this.o.store, (await this.named(name)).t, name, tags));
   }
 
   /** GET /templates/{id}/files/{hash}: whether the files are here, and where to upload them if not. */

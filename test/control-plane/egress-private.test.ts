@@ -64,14 +64,19 @@ async function server(env: Record<string, string | undefined>): Promise<{ cp: Te
   };
 }
 
-describe.skipIf(missing !== undefined)("private networks are out of a sandbox's reach", () => {
-  let s: { cp: TestControlPlane; done: () => Promise<void> };
+/** A server of the test's own for the enclosing describe block, with `env()` (read when it starts). */
+function useServer(env: () => Record<string, string | undefined>): void {
+  let s: { cp: TestControlPlane; done: () => Promise<void> } | undefined;
   beforeAll(async () => {
-    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined });
+    s = await server(env());
   });
   afterAll(async () => {
     await s?.done();
   });
+}
+
+describe.skipIf(missing !== undefined)("private networks are out of a sandbox's reach", () => {
+  useServer(() => ({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined }));
 
   it("as user and as root: a private address is refused, a public one answers, DNS to the host's resolvers works", async () => {
     const sbx = await Sandbox.create("base");
@@ -104,13 +109,7 @@ describe.skipIf(missing !== undefined)("private networks are out of a sandbox's 
 });
 
 describe.skipIf(missing !== undefined)("rules removed under a running sandbox (a firewall reload)", () => {
-  let s: { cp: TestControlPlane; done: () => Promise<void> };
-  beforeAll(async () => {
-    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined });
-  });
-  afterAll(async () => {
-    await s?.done();
-  });
+  useServer(() => ({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined }));
 
   it("come back within seconds: its denyOut holds again; private space stays refused meanwhile", async () => {
     const sbx = await Sandbox.create("base", { network: { denyOut: [`${outside.a}/32`] } });
@@ -135,14 +134,8 @@ describe.skipIf(missing !== undefined)("rules removed under a running sandbox (a
 });
 
 describe.skipIf(missing !== undefined)("a name in allowOut that resolves to private space (the egress proxy)", () => {
-  let s: { cp: TestControlPlane; done: () => Promise<void> };
-  beforeAll(async () => {
-    // Sandboxes and the egress proxy resolve with the peer's DNS server: mirror.internal.test is a private address.
-    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined, LOCALE2B_DNS: outside.a });
-  });
-  afterAll(async () => {
-    await s?.done();
-  });
+  // Sandboxes and the egress proxy resolve with the peer's DNS server: mirror.internal.test is a private address.
+  useServer(() => ({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined, LOCALE2B_DNS: outside.a }));
 
   it("is refused as user and as root, while an allowed name in public space answers through the same proxy", async () => {
     // TCP its addresses do not settle goes through the egress proxy, which judges the Host header and checks
@@ -166,7 +159,6 @@ describe.skipIf(missing !== undefined)("a resolver behind the host's DNAT, as a 
   const serviceIp = "100.127.53.53";
   const table = `l2btest_dnat_${randomBytes(3).toString("hex")}`;
   let dns: NamedPeer;
-  let s: { cp: TestControlPlane; done: () => Promise<void> };
   beforeAll(async () => {
     dns = await startNamedPeer(["dns.internal.test"], () => ({ "mirror.internal.test": inside.a }), { range: "private" });
     const nft = (script: string) => execFileSync("nft", ["-f", "-"], { input: script });
@@ -174,13 +166,13 @@ describe.skipIf(missing !== undefined)("a resolver behind the host's DNAT, as a 
 add chain ip ${table} pre { type nat hook prerouting priority dstnat; }
 add rule ip ${table} pre ip daddr ${serviceIp} udp dport 53 dnat to ${dns.a}
 add rule ip ${table} pre ip daddr ${serviceIp} tcp dport 53 dnat to ${dns.a}`);
-    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined, LOCALE2B_DNS: serviceIp });
   });
   afterAll(async () => {
-    await s?.done();
     spawnSync("nft", ["delete", "table", "ip", table]);
     await dns?.close();
   });
+  // After the DNAT and its peer are up; stopped before they go (after-hooks run last-registered first).
+  useServer(() => ({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: undefined, LOCALE2B_DNS: serviceIp }));
 
   it("names resolve through it, as user and as root; the DNS server's own address is refused", async () => {
     const sbx = await Sandbox.create("base", { network: { allowOut: [`${outside.a}/32`], denyOut: ["0.0.0.0/0"] } });
@@ -205,13 +197,7 @@ except OSError as e:
 });
 
 describe.skipIf(missing !== undefined)("LOCALE2B_SANDBOX_ALLOW_PRIVATE opens parts of private space to a server's sandboxes", () => {
-  let s: { cp: TestControlPlane; done: () => Promise<void> };
-  beforeAll(async () => {
-    s = await server({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: `${inside.a}/32, ${inside.c}` });
-  });
-  afterAll(async () => {
-    await s?.done();
-  });
+  useServer(() => ({ LOCALE2B_SANDBOX_ALLOW_PRIVATE: `${inside.a}/32, ${inside.c}` }));
 
   it("the opened addresses answer, the rest of the range does not; a sandbox's denyOut still refuses them", async () => {
     const sbx = await Sandbox.create("base");

@@ -10,69 +10,54 @@ import { join } from "node:path";
 import { Code } from "@connectrpc/connect";
 import { Sandbox, Secret, SecretNotFoundError, Template, Volume } from "e2b";
 import pgLib from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { PgStore } from "../../control-plane/store/pg-store.js";
+import { describe, expect, it } from "vitest";
 import { runCli, type Served } from "../helpers/cli.js";
 import { apiClient, rejection, watch } from "../helpers/connect-api.js";
-import { fleetMissing, startTestFleet, until, type TestFleet } from "../helpers/fleet.js";
+import { fleetMissing, until, useTestFleet } from "../helpers/fleet.js";
 
 
 const missing = fleetMissing();
 if (missing) console.warn(`fleet-data.test.ts: skipping: ${missing}`);
 
 describe.skipIf(missing !== undefined)("a fleet's shared data through its replicas: workspace API, activity history, volumes, secrets, templates", () => {
-  let f: TestFleet;
-  let db: string;
-  let store: PgStore;
-  let api1: Served;
-  let api2: Served;
-  let key: string;
+  const f = useTestFleet();
   const opts = (api: Served) => f.opts(api);
   const nodeOf = (id: string) => f.nodeOf(id);
 
-  beforeAll(async () => {
-    f = await startTestFleet();
-    ({ db, store, api1, api2, key } = f);
-  }, 120_000);
-
-  afterAll(async () => {
-    await f?.stop();
-  });
-
   it("the workspace API through the replicas: a workspace finds its sandbox through either, exec and files on its node, lists; events (paged, streamed, resumed) and audit of both nodes from Postgres", async () => {
     const ws = async (api: Served, method: string, path: string, body?: unknown) => {
-      const r = await fetch(`${api.url}/workspace${path}`, { method, headers: { "x-api-key": key, ...(body ? { "content-type": "application/json" } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      const r = await fetch(`${api.url}/workspace${path}`, { method, headers: { "x-api-key": f.key, ...(body ? { "content-type": "application/json" } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
       const text = await r.text();
       return { status: r.status, json: (text && r.headers.get("content-type")?.startsWith("application/json") ? JSON.parse(text) : text) as Record<string, unknown> & string };
     };
-    expect((await ws(api1, "GET", "/health")).json).toMatchObject({ status: "ok", runtime: "fleet", nodes: ["n1", "n2"] });
-    const made = await ws(api1, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" });
+    expect((await ws(f.api1, "GET", "/health")).json).toMatchObject({ status: "ok", runtime: "fleet", nodes: ["n1", "n2"] });
+    const made = await ws(f.api1, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" });
     expect(made.status, JSON.stringify(made.json)).toBe(201);
     const id = made.json.sandbox_id as string;
-    const other = await ws(api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-2" });
+    const other = await ws(f.api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-2" });
     expect(new Set([await nodeOf(id), await nodeOf(other.json.sandbox_id as string)])).toEqual(new Set(["n1", "n2"]));
     // The same workspace through the other replica: the same sandbox.
-    expect((await ws(api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" })).json.sandbox_id).toBe(id);
-    expect((await ws(api2, "POST", `/sandboxes/${id}/files/write`, { path: "/workspace/note.txt", content: "kept" })).status).toBe(200);
-    const ran = await ws(api1, "POST", `/sandboxes/${id}/exec`, { command: "cat /workspace/note.txt; echo; echo $((6*7))" });
+    expect((await ws(f.api2, "POST", "/sandboxes", { workspace_id: "fleet-ws-1" })).json.sandbox_id).toBe(id);
+    expect((await ws(f.api2, "POST", `/sandboxes/${id}/files/write`, { path: "/workspace/note.txt", content: "kept" })).status).toBe(200);
+    const ran = await ws(f.api1, "POST", `/sandboxes/${id}/exec`, { command: "cat /workspace/note.txt; echo; echo $((6*7))" });
     expect(ran.json).toMatchObject({ stdout: "kept\n42\n", exit_code: 0 });
-    const listed = (await ws(api2, "GET", "/sandboxes")).json.sandboxes as { sandbox_id: string }[];
+    const listed = (await ws(f.api2, "GET", "/sandboxes")).json.sandboxes as { sandbox_id: string }[];
     expect(listed.map((x) => x.sandbox_id)).toEqual(expect.arrayContaining([id, other.json.sandbox_id]));
     const otherId = other.json.sandbox_id as string;
     // Both nodes write their events to Postgres a moment (a batch) after the exec answers: read until they are there.
     type Ev = { id: number; event_type: string; sandbox_id: string; command?: string };
     const events = await until("the exec in the sandbox's events", async () => {
-      const got = (await ws(api2, "GET", `/events?sandbox_id=${id}`)).json.events as Ev[];
+      const got = (await ws(f.api2, "GET", `/events?sandbox_id=${id}`)).json.events as Ev[];
       return got.some((e) => e.event_type === "exec.started") ? got : undefined;
     });
     expect(events.map((e) => e.event_type)).toEqual(expect.arrayContaining(["sandbox.created", "exec.started"]));
     // Without sandbox_id: the whole fleet's events, one numbering, in order, paged by id.
-    const fleetWide = (await ws(api1, "GET", "/events?limit=10000")).json.events as Ev[];
+    const fleetWide = (await ws(f.api1, "GET", "/events?limit=10000")).json.events as Ev[];
     const ids = fleetWide.map((e) => e.id);
     expect(ids).toEqual([...ids].sort((a, b) => a - b));
     expect(new Set(ids).size).toBe(ids.length);
     for (const sid of [id, otherId]) expect(fleetWide.some((e) => e.sandbox_id === sid && e.event_type === "sandbox.created")).toBe(true);
-    const paged = await ws(api2, "GET", `/events?since_id=${ids[1]}&limit=2`);
+    const paged = await ws(f.api2, "GET", `/events?since_id=${ids[1]}&limit=2`);
     expect((paged.json.events as Ev[]).map((e) => e.id)).toEqual(ids.slice(2, 4));
     expect(paged.json.next_since_id).toBe(ids[3]);
     // Bad ids and times: 400, saying what is wrong.
@@ -84,11 +69,11 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       ["/audit?format=xml", /format must be jsonl/],
       ["/events?event_type=exec.nope", /unknown event type 'exec.nope'/],
     ] as const) {
-      const bad = await ws(api1, "GET", path);
+      const bad = await ws(f.api1, "GET", path);
       expect(bad.status, path).toBe(400);
       expect(bad.json.message, path).toMatch(message);
     }
-    const badResume = await fetch(`${api1.url}/workspace/events/stream`, { headers: { "x-api-key": key, "last-event-id": "nope" } });
+    const badResume = await fetch(`${f.api1.url}/workspace/events/stream`, { headers: { "x-api-key": f.key, "last-event-id": "nope" } });
     expect(badResume.status).toBe(400);
     expect(((await badResume.json()) as { message: string }).message).toMatch(/since_id \(or Last-Event-ID\) must be an event id/);
 
@@ -96,7 +81,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     type Sse = { id: number; event: string; data: Ev & { last_id?: number } };
     const openStream = async (api: Served, lastEventId?: number) => {
       const ac = new AbortController();
-      const res = await fetch(`${api.url}/workspace/events/stream?event_type=exec.completed`, { headers: { "x-api-key": key, ...(lastEventId !== undefined ? { "last-event-id": String(lastEventId) } : {}) }, signal: ac.signal });
+      const res = await fetch(`${api.url}/workspace/events/stream?event_type=exec.completed`, { headers: { "x-api-key": f.key, ...(lastEventId !== undefined ? { "last-event-id": String(lastEventId) } : {}) }, signal: ac.signal });
       expect(res.headers.get("content-type")).toMatch(/text\/event-stream/);
       const reader = res.body!.getReader();
       const got: Sse[] = [];
@@ -119,9 +104,9 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       };
       return { next, close: () => ac.abort() };
     };
-    const live = await openStream(api1);
+    const live = await openStream(f.api1);
     const hello = await live.next((e) => e.event === "subscribed");
-    for (const sid of [id, otherId]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo live" });
+    for (const sid of [id, otherId]) await ws(f.api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo live" });
     const seen = [await live.next((e) => e.event === "exec.completed"), await live.next((e) => e.event === "exec.completed")];
     expect(seen.map((e) => e.data.sandbox_id).sort()).toEqual([id, otherId].sort());
     for (const e of seen) {
@@ -131,8 +116,8 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     expect(seen[1]!.id).toBeGreaterThan(seen[0]!.id);
     live.close();
     // Disconnected: more happens on both nodes. Resumed through the other replica with Last-Event-ID: exactly what was missed.
-    for (const sid of [id, otherId]) for (const n of [1, 2]) await ws(api1, "POST", `/sandboxes/${sid}/exec`, { command: `echo missed-${n}` });
-    const resumed = await openStream(api2, seen[1]!.id);
+    for (const sid of [id, otherId]) for (const n of [1, 2]) await ws(f.api1, "POST", `/sandboxes/${sid}/exec`, { command: `echo missed-${n}` });
+    const resumed = await openStream(f.api2, seen[1]!.id);
     await resumed.next((e) => e.event === "subscribed");
     const replayed: Sse[] = [];
     while (replayed.length < 4) replayed.push(await resumed.next((e) => e.event === "exec.completed"));
@@ -143,48 +128,48 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       [id, otherId].flatMap((sid) => [1, 2].map((n) => `${sid} echo missed-${n}`)).sort(),
     );
     // The same events as a page from Postgres, none missing between.
-    const between = (await ws(api1, "GET", `/events?since_id=${seen[1]!.id}&event_type=exec.completed`)).json.events as Ev[];
+    const between = (await ws(f.api1, "GET", `/events?since_id=${seen[1]!.id}&event_type=exec.completed`)).json.events as Ev[];
     expect(between.map((e) => e.id)).toEqual(replayed.map((e) => e.id));
 
     // The Connect API's WatchSandboxEvents the same way: fleet ids from Postgres, resumed through the other replica.
-    const watchVia = (api: Served, k = key) => apiClient(api.url, "connect-json", { "x-api-key": k });
-    const connected = await watch(watchVia(api1), { eventTypes: ["exec.completed"] });
-    for (const sid of [id, otherId]) await ws(api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-live" });
+    const watchVia = (api: Served, k = f.key) => apiClient(api.url, "connect-json", { "x-api-key": k });
+    const connected = await watch(watchVia(f.api1), { eventTypes: ["exec.completed"] });
+    for (const sid of [id, otherId]) await ws(f.api2, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-live" });
     const got = [await connected.next(), await connected.next()];
     connected.close();
     expect(got.map((e) => e.sandboxId).sort()).toEqual([id, otherId].sort());
     expect(got.every((e) => e.id > connected.subscribed.id)).toBe(true);
-    for (const sid of [id, otherId]) await ws(api1, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-missed" });
-    const again = await watch(watchVia(api2), { eventTypes: ["exec.completed"], afterId: got[1]!.id });
+    for (const sid of [id, otherId]) await ws(f.api1, "POST", `/sandboxes/${sid}/exec`, { command: "echo connect-missed" });
+    const again = await watch(watchVia(f.api2), { eventTypes: ["exec.completed"], afterId: got[1]!.id });
     const missed = [await again.next(), await again.next()];
     again.close();
     expect(missed.map((e) => `${e.sandboxId} ${e.activity?.command}`).sort()).toEqual([id, otherId].map((sid) => `${sid} echo connect-missed`).sort());
     expect(missed[1]!.id).toBeGreaterThan(missed[0]!.id);
     expect(missed[0]!.id).toBeGreaterThan(got[1]!.id);
     // Answered by the replica, not a node: it checks the key itself.
-    expect((await rejection(watch(watchVia(api1, "e2b_" + "0".repeat(40)), { afterId: 1n }))).code).toBe(Code.Unauthenticated);
+    expect((await rejection(watch(watchVia(f.api1, "e2b_" + "0".repeat(40)), { afterId: 1n }))).code).toBe(Code.Unauthenticated);
 
     // Both nodes' audit entries in one export from Postgres, one numbering (entries are written in batches: read until both are there).
     const audit = await until("both nodes' audit entries", async () => {
-      const text = (await ws(api1, "GET", "/audit")).json as string;
+      const text = (await ws(f.api1, "GET", "/audit")).json as string;
       return text.includes(id) && text.includes(otherId) ? text : undefined;
     });
     const entries = audit.trim().split("\n").map((l) => JSON.parse(l) as { id: number; sandbox_id?: string; action: string });
     expect(entries.map((e) => e.id)).toEqual([...entries.map((e) => e.id)].sort((a, b) => a - b));
     for (const sid of [id, otherId]) expect(entries.some((e) => e.sandbox_id === sid && e.action === "POST /sandboxes")).toBe(true);
-    const one = ((await ws(api2, "GET", `/audit?sandbox_id=${otherId}&format=csv`)).json as string).trim().split("\n");
+    const one = ((await ws(f.api2, "GET", `/audit?sandbox_id=${otherId}&format=csv`)).json as string).trim().split("\n");
     expect(one[0]).toMatch(/^id,time,actor/);
     expect(one.slice(1).every((l) => l.includes(otherId))).toBe(true);
-    for (const sid of [id, otherId]) expect((await ws(api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
-    expect((await ws(api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
+    for (const sid of [id, otherId]) expect((await ws(f.api2, "DELETE", `/sandboxes/${sid}`)).status).toBe(200);
+    expect((await ws(f.api1, "GET", `/sandboxes/${id}`)).status).toBe(404);
   }, 300_000);
 
   it("volumes through the replicas: made on a node, its file API and the sandboxes that mount it go there", async () => {
     const saved = { ...process.env };
-    Object.assign(process.env, { E2B_API_KEY: key, E2B_API_URL: api2.url, E2B_SANDBOX_URL: api2.url, E2B_VOLUME_API_URL: api1.url });
+    Object.assign(process.env, { E2B_API_KEY: f.key, E2B_API_URL: f.api2.url, E2B_SANDBOX_URL: f.api2.url, E2B_VOLUME_API_URL: f.api1.url });
     try {
       const vol = await Volume.create("fleet-vol");
-      const home = (await store.getVolume(vol.volumeId))?.node;
+      const home = (await f.store.getVolume(vol.volumeId))?.node;
       expect(["n1", "n2"]).toContain(home);
       await vol.writeFile("/from-api.txt", "written through a replica");
       const sbx = await Sandbox.create("base", { volumeMounts: { "/mnt/data": vol }, timeoutMs: 120_000 });
@@ -194,7 +179,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       expect((await Volume.list()).map((v) => v.name)).toContain("fleet-vol");
       await sbx.kill();
       expect(await Volume.destroy(vol.volumeId)).toBe(true);
-      expect(await store.getVolume(vol.volumeId)).toBeUndefined();
+      expect(await f.store.getVolume(vol.volumeId)).toBeUndefined();
     } finally {
       for (const k of ["E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_VOLUME_API_URL"]) {
         if (saved[k] === undefined) delete process.env[k];
@@ -205,11 +190,11 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
 
   it("secrets through either replica, from the shared store: made through one, read, updated, listed and deleted through the other; sealed in Postgres", async () => {
     const value = `fleet-canary-${randomBytes(8).toString("hex")}`;
-    const s = await Secret.create("fleet-secret", value, opts(api1));
-    expect((await Secret.getInfo("FLEET-SECRET", opts(api2))).secretId).toBe(s.secretId);
-    expect((await Secret.update(s.secretId, `${value}-2`, opts(api2))).version).toBe(2);
-    expect((await Secret.list(opts(api1)).nextItems()).map((x) => [x.name, x.version])).toEqual([["fleet-secret", 2]]);
-    const c = new pgLib.Client({ connectionString: db });
+    const s = await Secret.create("fleet-secret", value, opts(f.api1));
+    expect((await Secret.getInfo("FLEET-SECRET", opts(f.api2))).secretId).toBe(s.secretId);
+    expect((await Secret.update(s.secretId, `${value}-2`, opts(f.api2))).version).toBe(2);
+    expect((await Secret.list(opts(f.api1)).nextItems()).map((x) => [x.name, x.version])).toEqual([["fleet-secret", 2]]);
+    const c = new pgLib.Client({ connectionString: f.db });
     await c.connect();
     try {
       const dump = JSON.stringify((await c.query("SELECT s.*, v.* FROM secrets s JOIN secret_versions v ON v.secret_id = s.id")).rows);
@@ -218,32 +203,32 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     } finally {
       await c.end();
     }
-    expect(await Secret.destroy("fleet-secret", opts(api2))).toBe(true);
-    await expect(Secret.getInfo(s.secretId, opts(api1))).rejects.toBeInstanceOf(SecretNotFoundError);
+    expect(await Secret.destroy("fleet-secret", opts(f.api2))).toBe(true);
+    await expect(Secret.getInfo(s.secretId, opts(f.api1))).rejects.toBeInstanceOf(SecretNotFoundError);
   });
 
   it("a template built with the Template SDK through a replica runs on the other node too: its image is copied there on demand", async () => {
     const t = Template().fromTemplate("base").runCmd("echo built-in-the-fleet > /home/user/marker.txt");
-    const built = await Template.build(t, "fleet-tpl", { apiKey: key, apiUrl: api2.url, onBuildLogs: () => undefined });
+    const built = await Template.build(t, "fleet-tpl", { apiKey: f.key, apiUrl: f.api2.url, onBuildLogs: () => undefined });
     const image = `@${built.buildId}`;
-    const holders = async () => (await store.listNodes()).filter((n) => n.images.includes(image)).map((n) => n.name);
+    const holders = async () => (await f.store.listNodes()).filter((n) => n.images.includes(image)).map((n) => n.name);
     const builtOn = await until("the build in a heartbeat", async () => ((await holders()).length ? holders() : undefined), 40, 500);
     expect(builtOn).toEqual(["n1"]); // the replicas send template builds to the first ready node
     // Only n2 takes creates now: it copies the image from n1, then boots it.
-    await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+    await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
     try {
-      const sbx = await Sandbox.create("fleet-tpl", { ...opts(api1), timeoutMs: 120_000 });
+      const sbx = await Sandbox.create("fleet-tpl", { ...opts(f.api1), timeoutMs: 120_000 });
       expect(await nodeOf(sbx.sandboxId)).toBe("n2");
       expect((await sbx.commands.run("cat /home/user/marker.txt")).stdout).toBe("built-in-the-fleet\n");
       await sbx.kill();
       expect(existsSync(join(f.n2Images, "templates", `${image}.current`))).toBe(true);
       await until("the copy in n2's heartbeat", async () => ((await holders()).length === 2 ? true : undefined), 40, 500);
     } finally {
-      await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: db });
+      await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
     }
     // Deleted through a replica: gone for creates everywhere.
-    expect((await fetch(`${api1.url}/templates/${built.templateId}`, { method: "DELETE", headers: { "x-api-key": key } })).status).toBe(204);
-    const gone = await fetch(`${api1.url}/sandboxes`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "fleet-tpl" }) });
+    expect((await fetch(`${f.api1.url}/templates/${built.templateId}`, { method: "DELETE", headers: { "x-api-key": f.key } })).status).toBe(204);
+    const gone = await fetch(`${f.api1.url}/sandboxes`, { method: "POST", headers: { "x-api-key": f.key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "fleet-tpl" }) });
     expect(gone.status).toBe(404);
   }, 600_000);
 });

@@ -7,7 +7,7 @@ import http from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { expect } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { startCli, type Served } from "./cli.js";
 import { ownImagesDir } from "./fleet-images.js";
@@ -100,6 +100,19 @@ export async function startTestFleet(): Promise<TestFleet> {
       for (const d of dirs) rmSync(d, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A fleet for the enclosing describe block: started in its beforeAll,
+ * stopped in its afterAll; the returned object holds its parts from then on.
+ */
+export function useTestFleet(): TestFleet {
+  const f = {} as TestFleet;
+  beforeAll(async () => void Object.assign(f, await startTestFleet()), 120_000);
+  afterAll(async () => {
+    await f.stop?.();
+  });
+  return f;
 }
 
 /** A request with a Host of our choosing (getHost's `<port>-<id>.<domain>`), as a browser on wildcard DNS sends it. */

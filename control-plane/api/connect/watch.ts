@@ -224,16 +224,14 @@ export async function* watchLogged(
           );
         }
       }
-      yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()), id: BigInt(startId) };
-      // The log up to where the live queue starts.
-      for (let at = after; at < startId && events.log; ) {
-        const page = (await events.log.page(at, filter, REPLAY_PAGE)).filter((e) => e.id <= startId);
-        for (const e of page) if (await wanted(e.sandbox_id)) yield await toProto(e);
-        if (page.length < REPLAY_PAGE) break;
-        at = page.at(-1)!.id;
-      }
-    } else {
-      yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()), id: BigInt(startId) };
+    }
+    yield { type: SandboxEventType.SUBSCRIBED, time: timestampFromMs(Date.now()), id: BigInt(startId) };
+    // With after_id, the log up to where the live queue starts.
+    for (let at = Number(req.afterId ?? startId); at < startId && events.log; ) {
+      const page = (await events.log.page(at, filter, REPLAY_PAGE)).filter((e) => e.id <= startId);
+      for (const e of page) if (await wanted(e.sandbox_id)) yield await toProto(e);
+      if (page.length < REPLAY_PAGE) break;
+      at = page.at(-1)!.id;
     }
     for (;;) {
       const next = await sub.next(ctx.signal);

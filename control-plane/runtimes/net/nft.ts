@@ -78,6 +78,13 @@ export function tableRules(localDns: string[]): string[] {
 
 let tableReady: Promise<void> | undefined;
 
+/** Whether the table this server version writes is there (its schema chain names the version). */
+const schemaPresent = () =>
+  runCommand(findExecutable("nft")!, ["list", "chain", ...TABLE.split(" "), SCHEMA]).then(
+    () => true,
+    () => false,
+  );
+
 /**
  * The shared table (once per server process: rewritten from scratch, so an
  * older server's version of it is replaced; each live sandbox's chain is
@@ -85,17 +92,12 @@ let tableReady: Promise<void> | undefined;
  */
 export function ensureTable(log: Logger): Promise<void> {
   tableReady ??= (async () => {
-    const current = () =>
-      runCommand(findExecutable("nft")!, ["list", "table", ...TABLE.split(" ")]).then(
-        (r) => String(r.stdout).includes(`chain ${SCHEMA}`),
-        () => false,
-      );
     // A table this server version wrote already (a restart, or another server on this host): keep it and
     // the sandboxes' chains in it. Writing it is locked across processes, so that no server wipes the
     // chains another one just added.
-    if (!(await current())) {
+    if (!(await schemaPresent())) {
       await withHostLock("table", async () => {
-        if (!(await current())) await nft(tableRules(hostLocalAddresses(nameServers())).join("\n"));
+        if (!(await schemaPresent())) await nft(tableRules(hostLocalAddresses(nameServers())).join("\n"));
       });
     }
     if (readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim() !== "1") {
@@ -191,12 +193,6 @@ export const RULES_CHECK_MS = 3_000;
 let rulesTimer: NodeJS.Timeout | undefined;
 let checking = false;
 let lastInfrastructure: string[] = [];
-
-const schemaPresent = () =>
-  runCommand(findExecutable("nft")!, ["list", "chain", ...TABLE.split(" "), SCHEMA]).then(
-    () => true,
-    () => false,
-  );
 
 /**
  * While this process has sandboxes with rules, their isolation must not end
