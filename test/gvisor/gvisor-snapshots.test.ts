@@ -25,7 +25,9 @@ describe.skipIf(missing !== undefined)(`gvisor: memory snapshots and fork${why}`
     restore = setEnv({ ...cp.sdkEnv, E2B_DEBUG: undefined, E2B_DOMAIN: undefined });
     parent = await Sandbox.create("base", { timeoutMs: 600_000, metadata: { role: "parent" }, envs: { FROM: "parent" } });
     await parent.files.write("/home/user/note.txt", "written before the snapshot");
-    tickerPid = (await parent.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 })).pid;
+    // Written aside and renamed: a read (or a snapshot) never sees the file truncated and not yet written (a fork's
+    // first read once got "" that way, under CI load).
+    tickerPid = (await parent.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 })).pid;
     await waitFor(async () => Number((await parent.commands.run("cat /tmp/count 2>/dev/null || true")).stdout) > 2, "the parent's counter");
   }, 300_000);
   afterAll(async () => {
