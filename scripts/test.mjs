@@ -59,6 +59,16 @@ function run(title, cmd, args) {
   return { ok: code === 0, code };
 }
 
+/** The first lines of a failure's message, for the summary: CI keeps only the end of the output. */
+function why(message) {
+  if (!message) return "";
+  const lines = String(message).replace(/\x1b\[[0-9;]*m/g, "").split("\n").map((l) => l.trim()).filter(Boolean);
+  const said = lines.filter((l) => !l.startsWith("at ")).slice(0, 2);
+  const where = lines.find((l) => l.startsWith("at ") && !l.includes("node_modules"));
+  const text = [...said, ...(where ? [where] : [])].join(" | ");
+  return `\n      ${text.length > 400 ? `${text.slice(0, 400)}…` : text}`;
+}
+
 function fail(what) {
   failed++;
   failures.push(what);
@@ -151,7 +161,7 @@ function runVitest(title, cmd, args, { label = "", countSkips = true } = {}) {
     for (const file of report.testResults) {
       const name = `${label}${relative(root, file.name)}`;
       for (const t of file.assertionResults) {
-        if (t.status === "failed") failures.push(`${name} > ${t.fullName}`);
+        if (t.status === "failed") failures.push(`${name} > ${t.fullName}${why(t.failureMessages?.[0])}`);
         else if (t.status !== "passed" && countSkips) skips.push(`${name} > ${t.fullName} [${t.status}]`);
       }
       // A failed file without a failed test: it did not load, or a hook threw.
@@ -263,7 +273,8 @@ function runPytest(python, label, targets, env = {}) {
       const a = xmlAttrs(m[1]);
       const name = `${label} > ${a.classname ? `${a.classname}.` : ""}${a.name}`;
       const body = m[2] ?? "";
-      if (/<(failure|error)\b/.test(body)) failures.push(name);
+      const bad = body.match(/<(?:failure|error)\b([^>]*)/);
+      if (bad) failures.push(`${name}${why(xmlAttrs(bad[1]).message)}`);
       else {
         const sk = body.match(/<skipped\b([^>]*)/);
         if (sk) skips.push(`${name} [${xmlAttrs(sk[1]).message ?? "skipped"}]`);

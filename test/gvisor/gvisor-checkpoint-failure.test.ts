@@ -42,7 +42,7 @@ describe.skipIf(missing !== undefined)(`gvisor: a failed checkpoint leaves the s
 
   it("a full disk fails the checkpoint: the pause says why, the sandbox runs on; with room the pause works", async () => {
     const sbx = await Sandbox.create("base", { timeoutMs: 600_000 });
-    const ticker = await sbx.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
+    const ticker = await sbx.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
     // Root inside forges the init's ack file: the host does not take it for a quiesce (it removes it and waits for the init's own).
     await sbx.commands.run("touch /run/locale2b-host/envd.sock.quiesced", { user: "root" });
     // Fill the disk the checkpoint image would go to, leaving a few MiB: enough for the store's own

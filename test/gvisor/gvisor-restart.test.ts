@@ -31,7 +31,7 @@ describe.skipIf(missing !== undefined)(`gvisor runtime across a control-plane re
     const [running, paused, doomed] = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", { timeoutMs: 600_000 })));
     try {
       await running!.files.write("/home/user/before.txt", "before the restart");
-      const ticker = await running!.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
+      const ticker = await running!.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done", { background: true, timeoutMs: 0 });
       expect(await paused!.pause()).toBe(true);
       const sentry = (id: string) => cp.manager.get(id).runtimeData as unknown as PersistedGvisorInstance;
       const doomedSentry = sentry(doomed!.sandboxId);

@@ -88,7 +88,7 @@ describe.skipIf(missing !== undefined)(`gvisor runtime: one runsc sandbox${why}`
     it("pauses to disk: the sentry and its memory are gone, open streams end; the resume restores it and its processes go on", async () => {
       const sandbox = suite.sandbox!;
       await sandbox.files.write("/home/user/kept.txt", "kept across pause");
-      const ticker = await sandbox.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count; echo $i; sleep 0.2; done", {
+      const ticker = await sandbox.commands.run("i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; echo $i; sleep 0.2; done", {
         background: true,
         timeoutMs: 0,
       });

@@ -224,7 +224,7 @@ def test_pause_and_connect_resumes_with_files_and_processes(sandbox: Sandbox):
     sandbox.files.write("/home/user/before-pause.txt", "kept across pause")
     sleeper = sandbox.commands.run("sleep 600", background=True, timeout=0)
     counter = sandbox.commands.run(
-        "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done", background=True, timeout=0
+        "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.2; done", background=True, timeout=0
     )
     sleeper.disconnect()
     counter.disconnect()

@@ -107,7 +107,7 @@ describe.skipIf(skip)(`firecracker runtime, real microVMs, E2B's fork with the J
     try {
       const src = await Sandbox.create(TEMPLATE, { timeoutMs: 600_000 });
       await src.files.write("/home/user/fork.txt", "of the instant");
-      await src.commands.run("sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done'", { background: true, timeoutMs: 0 });
+      await src.commands.run("sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.1; done'", { background: true, timeoutMs: 0 });
       const forks = await Sandbox.fork(src.sandboxId, { count: 2, timeoutMs: 600_000 });
       const seen = new Set<string>();
       for (const f of forks) {
