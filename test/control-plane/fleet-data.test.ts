@@ -13,7 +13,8 @@ import pgLib from "pg";
 import { describe, expect, it } from "vitest";
 import { runCli, type Served } from "../helpers/cli.js";
 import { apiClient, rejection, watch } from "../helpers/connect-api.js";
-import { fleetMissing, until, useTestFleet } from "../helpers/fleet.js";
+import { fleetMissing, useTestFleet } from "../helpers/fleet.js";
+import { waitForValue } from "../helpers/wait.js";
 
 
 const missing = fleetMissing();
@@ -46,7 +47,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     const otherId = other.json.sandbox_id as string;
     // Both nodes write their events to Postgres a moment (a batch) after the exec answers: read until they are there.
     type Ev = { id: number; event_type: string; sandbox_id: string; command?: string };
-    const events = await until("the exec in the sandbox's events", async () => {
+    const events = await waitForValue("the exec in the sandbox's events", async () => {
       const got = (await ws(f.api2, "GET", `/events?sandbox_id=${id}`)).json.events as Ev[];
       return got.some((e) => e.event_type === "exec.started") ? got : undefined;
     });
@@ -150,7 +151,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     expect((await rejection(watch(watchVia(f.api1, "e2b_" + "0".repeat(40)), { afterId: 1n }))).code).toBe(Code.Unauthenticated);
 
     // Both nodes' audit entries in one export from Postgres, one numbering (entries are written in batches: read until both are there).
-    const audit = await until("both nodes' audit entries", async () => {
+    const audit = await waitForValue("both nodes' audit entries", async () => {
       const text = (await ws(f.api1, "GET", "/audit")).json as string;
       return text.includes(id) && text.includes(otherId) ? text : undefined;
     });
@@ -212,7 +213,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     const built = await Template.build(t, "fleet-tpl", { apiKey: f.key, apiUrl: f.api2.url, onBuildLogs: () => undefined });
     const image = `@${built.buildId}`;
     const holders = async () => (await f.store.listNodes()).filter((n) => n.images.includes(image)).map((n) => n.name);
-    const builtOn = await until("the build in a heartbeat", async () => ((await holders()).length ? holders() : undefined), 40, 500);
+    const builtOn = await waitForValue("the build in a heartbeat", async () => ((await holders()).length ? holders() : undefined), { timeoutMs: 20_000, everyMs: 500 });
     expect(builtOn).toEqual(["n1"]); // the replicas send template builds to the first ready node
     // Only n2 takes creates now: it copies the image from n1, then boots it.
     await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
@@ -222,7 +223,7 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       expect((await sbx.commands.run("cat /home/user/marker.txt")).stdout).toBe("built-in-the-fleet\n");
       await sbx.kill();
       expect(existsSync(join(f.n2Images, "templates", `${image}.current`))).toBe(true);
-      await until("the copy in n2's heartbeat", async () => ((await holders()).length === 2 ? true : undefined), 40, 500);
+      await waitForValue("the copy in n2's heartbeat", async () => ((await holders()).length === 2 ? true : undefined), { timeoutMs: 20_000, everyMs: 500 });
     } finally {
       await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
     }

@@ -12,7 +12,8 @@ import pgLib from "pg";
 import { describe, expect, it } from "vitest";
 import { NODE_LOST_MS } from "../../control-plane/domain/node.js";
 import { runCli, type Served } from "../helpers/cli.js";
-import { fleetMissing, getWithHost, until, useTestFleet } from "../helpers/fleet.js";
+import { fleetMissing, getWithHost, useTestFleet } from "../helpers/fleet.js";
+import { waitForValue } from "../helpers/wait.js";
 
 
 const missing = fleetMissing();
@@ -121,7 +122,7 @@ EOF`,
     const host = s1.getHost(8123);
     expect(host).toBe(`8123-${s1.sandboxId}.localhost:${new URL(f.api1.url).port}`);
     for (const api of [f.api1, f.api2]) {
-      const r = await until("the sandbox's server", async () => {
+      const r = await waitForValue("the sandbox's server", async () => {
         const got = await getWithHost(api.url, host, "/", { "x-locale2b-node-token": f.token });
         if (got.status !== 200) throw new Error(`${got.status}: ${got.body}`);
         return got;
@@ -183,7 +184,7 @@ EOF`,
     const sbx = await Sandbox.create("base", { ...opts(doomed), timeoutMs: 120_000 });
     const seen: string[] = [];
     const handle = await sbx.commands.run("for i in $(seq 1 40); do echo tick $i; sleep 0.25; done", { background: true, onStdout: (d) => void seen.push(d) });
-    await until("the first ticks", async () => (seen.join("").includes("tick 2") ? true : undefined));
+    await waitForValue("the first ticks", async () => (seen.join("").includes("tick 2") ? true : undefined));
     doomed.child.kill("SIGKILL");
     await handle.wait().catch((e: Error) => e); // the stream through the dead replica ends
     const before = seen.join("");
@@ -215,7 +216,7 @@ EOF`,
     expect(await f.nodes.n1!.stop()).toBe(0);
     await f.startNode("n1");
     expect(f.nodes.n1!.url).not.toBe(before);
-    const again = await until("the restarted node behind the replicas", async () => {
+    const again = await waitForValue("the restarted node behind the replicas", async () => {
       const c = await Sandbox.connect(onN1[0]!.sandboxId, opts(f.api2));
       return (await c.commands.run("echo adopted")).stdout === "adopted\n" ? c : undefined;
     });
@@ -223,32 +224,30 @@ EOF`,
 
     // Lose n2 (killed, no goodbye) with a sandbox on it.
     await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
-    const onN2 = await until("a create on n2", async () => Sandbox.create("base", { ...opts(f.api1), timeoutMs: 300_000 }));
+    const onN2 = await waitForValue("a create on n2", async () => Sandbox.create("base", { ...opts(f.api1), timeoutMs: 300_000 }));
     expect(await nodeOf(onN2.sandboxId)).toBe("n2");
     await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
     // n2 samples its sandbox every 5 s into Postgres: wait for two samples and the create's audit entry there.
     const sql = new pgLib.Client({ connectionString: f.db });
     await sql.connect();
-    await until(
+    await waitForValue(
       "n2's samples and audit entry in Postgres",
       async () => {
         const samples = await sql.query<{ n: string }>("SELECT count(*) AS n FROM metric_samples WHERE sandbox_id = $1", [onN2.sandboxId]);
         const audited = await sql.query<{ n: string }>("SELECT count(*) AS n FROM audit WHERE sandbox_id = $1", [onN2.sandboxId]);
         return Number(samples.rows[0]!.n) >= 2 && Number(audited.rows[0]!.n) >= 1 ? true : undefined;
       },
-      120,
-      500,
+      { timeoutMs: 60_000, everyMs: 500 },
     );
     await sql.end();
     f.nodes.n2!.child.kill("SIGKILL");
-    const lost = await until(
+    const lost = await waitForValue(
       "n2 to be lost",
       async () => {
         const r = await fetch(`${f.api1.url}/sandboxes/${onN2.sandboxId}`, { headers: { "x-api-key": f.key } });
         return r.status === 503 ? ((await r.json()) as { message: string }).message : undefined;
       },
-      Math.ceil((NODE_LOST_MS + 15_000) / 500),
-      500,
+      { timeoutMs: NODE_LOST_MS + 15_000, everyMs: 500 },
     );
     expect(lost).toMatch(new RegExp(`sandbox ${onN2.sandboxId} was lost with node 'n2': no heartbeat for \\d+ s`));
     // Its history stays readable through any replica, from Postgres: events, audit entries, metrics.
@@ -303,7 +302,7 @@ EOF`,
     expect(listed.find((n) => n.name === "n2")?.status).toBe("lost");
     // n2 back: it adopts its sandbox, which answers again.
     await f.startNode("n2");
-    const back = await until("n2 back behind the replicas", async () => {
+    const back = await waitForValue("n2 back behind the replicas", async () => {
       const c = await Sandbox.connect(onN2.sandboxId, opts(f.api1));
       return (await c.commands.run("echo back")).stdout === "back\n" ? c : undefined;
     });

@@ -8,6 +8,7 @@ import { Sandbox } from "e2b";
 import { afterAll, describe, expect, it } from "vitest";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
 import { StandInRuntime } from "../helpers/stand-in-runtime.js";
+import { waitFor } from "../helpers/wait.js";
 
 const servers: TestControlPlane[] = [];
 afterAll(async () => {
@@ -93,7 +94,7 @@ describe("manager lifecycle against a stand-in runtime", () => {
     let release!: () => void;
     rt.faults.pauseGate = new Promise<void>((r) => (release = r));
     const cutShort = api(first)("POST", `/sandboxes/${pausing}/pause`).catch(() => undefined);
-    await until(() => rt.instances.get(pausing)!.calls.includes("pause"));
+    await waitFor(() => rt.instances.get(pausing)!.calls.includes("pause"), "the pause to reach the runtime");
     rt.faults.pauseGate = undefined;
     await first.stopKeepingSandboxes();
     await rt.instances.get(dying)!.die("killed from outside");
@@ -131,6 +132,3 @@ function sdkOpts(cp: TestControlPlane) {
   return { apiUrl: cp.url, sandboxUrl: cp.url, apiKey: cp.apiKey, debug: false } as const;
 }
 
-async function until(cond: () => boolean): Promise<void> {
-  while (!cond()) await new Promise((r) => setTimeout(r, 10));
-}

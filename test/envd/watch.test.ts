@@ -12,18 +12,11 @@ import {
 } from "../../gen/ts/filesystem/filesystem_pb.js";
 import { basicAuth, clients, PROTOCOLS, startTestEnvd } from "../helpers/envd.js";
 import { envd, fresh, fs, sleep, useTestEnvd, WAIT_MS, watching } from "../helpers/fs-fixtures.js";
+import { waitFor } from "../helpers/wait.js";
 
 const root = basicAuth("root");
 
 useTestEnvd("watch");
-
-async function waitUntil(cond: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + WAIT_MS;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 /** A WatchDir stream read in the background, with a cursor to wait on events in order. */
 class Watch {
@@ -223,13 +216,13 @@ describe("WatchDir", () => {
     await w.started();
     expect(watching(dirs)).toBe(4);
     w.close();
-    await waitUntil(() => watching(dirs) === 0, "watches released after cancel");
+    await waitFor(() => watching(dirs) === 0, "watches released after cancel");
 
     const timed = new Watch(fs, { path: dir, recursive: true }, { timeoutMs: 1000 });
     await timed.started();
     expect(watching(dirs)).toBe(4);
     await timed.until(() => timed.ended, "deadline");
-    await waitUntil(() => watching(dirs) === 0, "watches released after deadline");
+    await waitFor(() => watching(dirs) === 0, "watches released after deadline");
   });
 
   it("ends open streams and releases their watches when envd shuts down", async () => {

@@ -128,13 +128,3 @@ export function getWithHost(base: string, host: string, path: string, headers: R
   });
 }
 
-/** fn's first defined answer, tried every `everyMs`; the last error says why it never came. */
-export async function until<T>(what: string, fn: () => Promise<T | undefined>, tries = 120, everyMs = 250): Promise<T> {
-  let last: unknown;
-  for (let i = 0; i < tries; i++) {
-    const v = await fn().catch((err: unknown) => void (last = err));
-    if (v !== undefined) return v;
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-  throw new Error(`gave up waiting for ${what}: ${String(last)}`);
-}

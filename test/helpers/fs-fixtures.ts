@@ -47,7 +47,7 @@ export async function rpcError(p: Promise<unknown>): Promise<ConnectError> {
   return err as ConnectError;
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep } from "./wait.js";
 
 /** Inodes this process (and so the in-process envd) holds inotify watches on, from /proc/self/fdinfo. */
 function watchedInodes(): Set<bigint> {

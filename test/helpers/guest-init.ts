@@ -112,14 +112,6 @@ export function fdCount(pid: number): number {
   return readdirSync(`/proc/${pid}/fd`).length;
 }
 
-export async function waitFor(pred: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
-
 export function which(cmd: string): string | undefined {
   for (const dir of (process.env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin").split(":")) {
     const p = join(dir, cmd);

@@ -141,14 +141,7 @@ export function multipart(parts: { name?: string; filename?: string; data: Buffe
   return { body: Buffer.concat(chunks), type: `multipart/form-data; boundary=${boundary}` };
 }
 
-/** Polls until `cond` holds (eventual state, not a timing assertion). */
-export async function waitFor(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1500; i++) {
-    if (cond()) return;
-    await sleep(10);
-  }
-  throw new Error(`never happened: ${what}`);
-}
+export { waitFor } from "./wait.js";
 
 export const temps = (dir: string) => readdirSync(dir).filter((f) => f.startsWith(".e2b-upload-"));
 

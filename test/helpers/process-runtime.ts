@@ -151,7 +151,7 @@ export function cgroupFile(s: Sandbox, v1: [string, string], v2: string): string
   return readFileSync(join(rec.dir, v2), "utf8").trim();
 }
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep } from "./wait.js";
 
 /**
  * Registers the file's hooks: as root, builds dist/ if stale and makes the data

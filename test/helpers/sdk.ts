@@ -85,23 +85,7 @@ export function pseudoRandomStream(size: number, seed: number, hash: Hash): Read
   );
 }
 
-/** Generous: only a hang should ever reach it. */
-export const WAIT_MS = 30_000;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * Polls `cond` until it holds; fails only if it never does within WAIT_MS.
- * `what` names the awaited state; as a function it is evaluated on failure,
- * so it can show what was seen instead.
- */
-export async function waitFor(cond: () => boolean | Promise<boolean>, what: string | (() => string)): Promise<void> {
-  const deadline = Date.now() + WAIT_MS;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${typeof what === "string" ? what : what()}`);
-    await sleep(25);
-  }
-}
+export { WAIT_MS, waitFor } from "./wait.js";
 
 /** Collects PTY bytes (`onData`) as text, decoding UTF-8 across chunk boundaries. */
 export function terminal(): { onData: (data: Uint8Array) => void; text: () => string } {

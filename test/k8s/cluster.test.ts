@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { k8sMissing, k8sSkipReason } from "../helpers/k8s/binaries.js";
 import { downCluster, importImage, kubectl, notReadyNodes, startNodeAgain, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
 import { get } from "../helpers/k8s/control-plane.js";
-import { waitFor } from "../helpers/k8s/host.js";
+import { waitForValue } from "../helpers/wait.js";
 import { busyboxImage, busyboxMissing } from "../helpers/k8s/image.js";
 
 const skip = await k8sSkipReason(k8sMissing() ?? busyboxMissing());
@@ -114,10 +114,10 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
         },
       },
     });
-    const running = await waitFor("two Ready web pods", async () => {
+    const running = await waitForValue("two Ready web pods", async () => {
       const ps = await pods();
       return ps.length === 2 && ps.every(ready) ? ps : undefined;
-    }, 90_000, 250);
+    }, { timeoutMs: 90_000, everyMs: 250 });
     console.log(`2 pods Ready ${Date.now() - t} ms after the Deployment was created`);
     expect(running.map((p) => p.spec?.nodeName).sort()).toEqual(["node1", "node2"]);
   }, 120_000);
@@ -141,11 +141,11 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
     const ps = await pods();
     const from = ps.find((p) => p.spec?.nodeName === "node1")!.metadata!.name!;
     const seen = new Set<string>();
-    await waitFor("answers from both pods through the ClusterIP", async () => {
+    await waitForValue("answers from both pods through the ClusterIP", async () => {
       const out = await fetchIn(from, `http://${clusterIP}/`, 3).catch(() => "");
       if (out) seen.add(out);
       return seen.size === 2 ? true : undefined;
-    }, 45_000, 100);
+    }, { timeoutMs: 45_000, everyMs: 100 });
     expect([...seen].sort()).toEqual(ps.map((p) => p.metadata!.name!).sort());
   }, 60_000);
 
@@ -155,10 +155,10 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
     await core.replaceNode({ name: "node2", body: node2 });
     const victim = (await pods()).find((p) => p.spec?.nodeName === "node2")!;
     await core.deleteNamespacedPod({ name: victim.metadata!.name!, namespace: NAMESPACE, gracePeriodSeconds: 0 });
-    const after = await waitFor("two Ready web pods again, none on the cordoned node2", async () => {
+    const after = await waitForValue("two Ready web pods again, none on the cordoned node2", async () => {
       const ps = await pods();
       return ps.length === 2 && ps.every(ready) && !ps.some((p) => p.metadata?.name === victim.metadata?.name) ? ps : undefined;
-    }, 60_000, 250);
+    }, { timeoutMs: 60_000, everyMs: 250 });
     expect(after.map((p) => p.spec?.nodeName)).toEqual(["node1", "node1"]);
   }, 90_000);
 
@@ -166,7 +166,7 @@ describe.skipIf(skip !== undefined)(`a real two-node Kubernetes cluster on this 
     const l = cluster!.layout;
     let t = Date.now();
     await stopNode(cluster!, "node2");
-    await waitFor("node2 NotReady", async () => ((await notReadyNodes(l)).includes("node2") ? true : undefined), 60_000, 500);
+    await waitForValue("node2 NotReady", async () => ((await notReadyNodes(l)).includes("node2") ? true : undefined), { timeoutMs: 60_000, everyMs: 500 });
     console.log(`node2 NotReady ${Date.now() - t} ms after it was lost`);
     t = Date.now();
     await startNodeAgain(cluster!, "node2");

@@ -18,7 +18,7 @@ import { k8sMissing, k8sSkipReason } from "../helpers/k8s/binaries.js";
 import { downCluster, kubectl, stopNode, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
 import { deployFleet, FLEET_NS as NS, fleetMissing, type K8sFleet } from "../helpers/k8s/fleet.js";
 import { defineFleetSdkSuites } from "../helpers/k8s/fleet-sdk-suites.js";
-import { waitFor } from "../helpers/k8s/host.js";
+import { waitForValue } from "../helpers/wait.js";
 import { runCli } from "../helpers/cli.js";
 import { postgresMissing } from "../helpers/postgres.js";
 
@@ -87,29 +87,29 @@ describe.skipIf(skip !== undefined)(`the fleet on a real two-node Kubernetes clu
 
   it("the API Deployment spreads one replica per node, and both node agents join the fleet at their host's address", async () => {
     expect((await pods("locale2b-api")).map((p) => p.spec?.nodeName).sort()).toEqual(["node1", "node2"]);
-    const nodes = await waitFor("both nodes in the fleet", async () => {
+    const nodes = await waitForValue("both nodes in the fleet", async () => {
       const n = await fleetNodes();
       return n.length === 2 ? n : undefined;
-    }, 30_000, 500);
+    }, { timeoutMs: 30_000, everyMs: 500 });
     expect(nodes.map((n) => [n.name, n.status, n.url])).toEqual([
       ["node1", "ready", `http://${ip("node1")}:3001`],
       ["node2", "ready", `http://${ip("node2")}:3001`],
     ]);
     // Each agent keeps its node's Lease renewed, held by its pod: what the API replicas judge liveness by.
     const agents = new Map((await pods("locale2b-node")).map((p) => [p.spec!.nodeName!, p.metadata!.name!]));
-    const leases = await waitFor("both nodes' Leases", async () => {
+    const leases = await waitForValue("both nodes' Leases", async () => {
       const l = (await coordination.listNamespacedLease({ namespace: NS, labelSelector: "locale2b.dev/fleet-node" })).items;
       return l.length === 2 ? l : undefined;
-    }, 30_000, 500);
+    }, { timeoutMs: 30_000, everyMs: 500 });
     expect(leases.map((l) => [l.metadata?.name, l.metadata?.labels?.["locale2b.dev/fleet-node"], l.spec?.holderIdentity]).sort()).toEqual([
       ["locale2b-node-node1", "node1", agents.get("node1")],
       ["locale2b-node-node2", "node2", agents.get("node2")],
     ]);
     const first = new Date(leases[0]!.spec!.renewTime!).getTime();
-    await waitFor("a renewal of node1's Lease", async () => {
+    await waitForValue("a renewal of node1's Lease", async () => {
       const l = await coordination.readNamespacedLease({ namespace: NS, name: leases[0]!.metadata!.name! });
       return new Date(l.spec!.renewTime!).getTime() > first ? true : undefined;
-    }, 30_000, 500);
+    }, { timeoutMs: 30_000, everyMs: 500 });
     // A node answers only the replicas.
     const r = await fetch(`http://${ip("node1")}:3001/v2/sandboxes`, { headers: { "x-api-key": key } });
     expect(r.status).toBe(401);
@@ -172,7 +172,7 @@ for host, port in ${JSON.stringify(targets)}:
     const s = await Sandbox.connect(made[0]!.sandboxId, sdk(podUrl(api1)));
     const before: string[] = [];
     const handle: CommandHandle = await s.commands.run("for i in $(seq 1 16); do echo tick $i; sleep 0.25; done", { background: true, onStdout: (d) => void before.push(d) });
-    await waitFor("two ticks through the API pod on node1", () => (before.join("").split("\n").length > 2 ? true : undefined), 10_000, 50);
+    await waitForValue("two ticks through the API pod on node1", () => (before.join("").split("\n").length > 2 ? true : undefined), { timeoutMs: 10_000, everyMs: 50 });
     const t = Date.now();
     await core.deleteNamespacedPod({ name: api1.metadata!.name!, namespace: NS, gracePeriodSeconds: 0 });
     void handle.wait().catch(() => undefined); // its connection went with the pod
@@ -190,7 +190,7 @@ for host, port in ${JSON.stringify(targets)}:
     const viaService = await Sandbox.connect(made[0]!.sandboxId, sdk(service()));
     expect((await viaService.commands.run("echo through the service")).stdout).toBe("through the service\n");
     console.log(`through the Service ${Date.now() - t2} ms later`);
-    await waitFor("a replacement API pod, Ready", async () => ((await pods("locale2b-api")).filter(ready).length === 2 ? true : undefined), 60_000, 250);
+    await waitForValue("a replacement API pod, Ready", async () => ((await pods("locale2b-api")).filter(ready).length === 2 ? true : undefined), { timeoutMs: 60_000, everyMs: 250 });
     console.log(`API Deployment back to 2 ready replicas ${Date.now() - t} ms after the kill`);
   }, 120_000);
 
@@ -202,10 +202,10 @@ for host, port in ${JSON.stringify(targets)}:
     const agent = (await pods("locale2b-node")).find((p) => p.spec?.nodeName === "node2")!;
     const t = Date.now();
     await core.deleteNamespacedPod({ name: agent.metadata!.name!, namespace: NS });
-    await waitFor("a new node agent pod on node2, Ready", async () => {
+    await waitForValue("a new node agent pod on node2, Ready", async () => {
       const p = (await pods("locale2b-node")).find((x) => x.spec?.nodeName === "node2");
       return p && p.metadata?.name !== agent.metadata?.name && ready(p) ? p : undefined;
-    }, 120_000, 250);
+    }, { timeoutMs: 120_000, everyMs: 250 });
     console.log(`node agent pod replaced and Ready ${Date.now() - t} ms after its deletion`);
     const api = (await apiPodOn("node1"))!;
     for (const s of ids) {
@@ -219,7 +219,7 @@ for host, port in ${JSON.stringify(targets)}:
   it("kubectl cordon: the node agent follows its Node, the fleet places nothing there; uncordon undoes it", async () => {
     let t = Date.now();
     await kubectl(cluster!, ["cordon", "node2"]);
-    await waitFor("node2 cordoned in the fleet", async () => ((await nodeStatus("node2")) === "cordoned" ? true : undefined), 30_000, 250).catch(async (e: Error) => {
+    await waitForValue("node2 cordoned in the fleet", async () => ((await nodeStatus("node2")) === "cordoned" ? true : undefined), { timeoutMs: 30_000, everyMs: 250 }).catch(async (e: Error) => {
       throw new Error(`${e.message}\nnode2's agent says:\n${await agentLog("node2")}`);
     });
     console.log(`kubectl cordon → fleet node cordoned in ${Date.now() - t} ms`);
@@ -228,7 +228,7 @@ for host, port in ${JSON.stringify(targets)}:
     expect(await Promise.all(more.map((s) => nodeOf(s.sandboxId)))).toEqual(["node1", "node1", "node1"]);
     t = Date.now();
     await kubectl(cluster!, ["uncordon", "node2"]);
-    await waitFor("node2 ready in the fleet", async () => ((await nodeStatus("node2")) === "ready" ? true : undefined), 30_000, 250);
+    await waitForValue("node2 ready in the fleet", async () => ((await nodeStatus("node2")) === "ready" ? true : undefined), { timeoutMs: 30_000, everyMs: 250 });
     console.log(`kubectl uncordon → fleet node ready in ${Date.now() - t} ms`);
   }, 180_000);
 
@@ -238,11 +238,11 @@ for host, port in ${JSON.stringify(targets)}:
     expect(lost).toBeDefined();
     const t = Date.now();
     await stopNode(cluster!, "node2");
-    const message = await waitFor("the sandbox on node2 to answer 'lost'", async () => {
+    const message = await waitForValue("the sandbox on node2 to answer 'lost'", async () => {
       const r = await fetch(`${podUrl(api)}/sandboxes/${lost.sandboxId}`, { headers: { "x-api-key": key } });
       const body = await r.text();
       return r.status === 503 && /lost with node/.test(body) ? body : undefined;
-    }, 60_000, 500);
+    }, { timeoutMs: 60_000, everyMs: 500 });
     expect(message).toMatch(new RegExp(`sandbox ${lost.sandboxId} was lost with node 'node2': no Lease renewal for \\d+ s`));
     console.log(`node2 lost → its sandbox answers 503 'lost' ${Date.now() - t} ms later`);
     const s = await Sandbox.connect(lost.sandboxId, sdk(podUrl(api))).catch((e: Error) => e);

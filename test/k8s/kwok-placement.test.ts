@@ -25,7 +25,8 @@ import { KubernetesNodes, SANDBOXES_LABEL } from "../../control-plane/fleet/kube
 import { PgStore } from "../../control-plane/store/pg-store.js";
 import { k8sMissing, k8sSkipReason, REPO } from "../helpers/k8s/binaries.js";
 import { downCluster, kubectl, upCluster, type Cluster } from "../helpers/k8s/cluster.js";
-import { processes, waitFor } from "../helpers/k8s/host.js";
+import { processes } from "../helpers/k8s/host.js";
+import { waitForValue } from "../helpers/wait.js";
 import { cachedKwok, fakeNode, KWOK_ANNOTATION, kwokSkipReason, startKwok, writeList } from "../helpers/k8s/kwok.js";
 import { nodeRecord, SimulatedFleet } from "../helpers/k8s/simulated-fleet.js";
 import { postgresMissing, startPostgres, type TestPostgres } from "../helpers/postgres.js";
@@ -100,7 +101,7 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     t = Date.now();
     await startKwok(cluster, cachedKwok()!);
     await kubectl(cluster, ["create", "-f", writeList(join(work, "nodes.json"), names.map((n) => fakeNode(n)))]);
-    await waitFor("kwok to make all 100 Nodes Ready", async () => ([...(await nodeConditions()).values()].filter((s) => s === "True").length === N ? true : undefined), 120_000, 500);
+    await waitForValue("kwok to make all 100 Nodes Ready", async () => ([...(await nodeConditions()).values()].filter((s) => s === "True").length === N ? true : undefined), { timeoutMs: 120_000, everyMs: 500 });
     timings.kwok100NodesReady = Date.now() - t;
 
     // The fleet's own RBAC, as deployed: the agents' account keeps Leases, the replicas' lists them and Nodes.
@@ -149,10 +150,10 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
 
   it("places nothing on 10 cordoned Nodes (kubectl cordon)", async () => {
     await kubectl(cluster!, ["cordon", ...CORDONED]);
-    await waitFor("the view to show the 10 Nodes cordoned", async () => {
+    await waitForValue("the view to show the 10 Nodes cordoned", async () => {
       const cordoned = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
       return cordoned.length === 10 && CORDONED.every((n) => cordoned.includes(n)) ? true : undefined;
-    }, 30_000, 250);
+    }, { timeoutMs: 30_000, everyMs: 250 });
     expectSpread(await fleet!.create(180), without(CORDONED), await totals());
   }, 300_000);
 
@@ -163,10 +164,10 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
       const status = { status: { conditions: [{ type: "Ready", status: "False", reason: "KubeletNotReady", message: "simulated: kwok no longer manages this Node" }] } };
       await kubectl(cluster!, ["patch", "node", n, "--subresource=status", "--type=strategic", "-p", JSON.stringify(status)]);
     }
-    await waitFor("the view to show the 10 Nodes not ready", async () => {
+    await waitForValue("the view to show the 10 Nodes not ready", async () => {
       const notReady = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
       return NOT_READY.every((n) => notReady.includes(n)) ? true : undefined;
-    }, 30_000, 250);
+    }, { timeoutMs: 30_000, everyMs: 250 });
     expectSpread(await fleet!.create(160), without(CORDONED, NOT_READY), await totals());
     // kwok left them alone meanwhile (it would make a managed Node Ready again at once).
     const ready = await nodeConditions();
@@ -178,11 +179,11 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     const t = Date.now();
     await fleet!.silence(LEASE_ONLY, { heartbeats: true });
     await fleet!.silence(SILENT, { heartbeats: false });
-    const lost = await waitFor("the 10 nodes to be judged lost", async () => {
+    const lost = await waitForValue("the 10 nodes to be judged lost", async () => {
       const now = Date.now();
       const gone = (await view()).filter((n) => now - n.heartbeatAt > NODE_LOST_MS).map((n) => n.name);
       return gone.length === 10 ? gone : undefined;
-    }, NODE_LOST_MS + 60_000, 500);
+    }, { timeoutMs: NODE_LOST_MS + 60_000, everyMs: 500 });
     console.log(`Leases stopped → 10 nodes judged lost ${Date.now() - t} ms later (NODE_LOST_MS ${NODE_LOST_MS})`);
     expect(lost.sort()).toEqual([...LEASE_ONLY, ...SILENT].sort());
     expect(nodes!.silence()).toBe("no Lease renewal");
@@ -205,14 +206,14 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     process.kill(apiserverPid, "SIGSTOP");
     try {
       // Its last read is older than NODE_LOST_MS/2, and a read has failed (each fails after its 5 s timeout).
-      await waitFor("the view to stop judging by Kubernetes", () => (!nodes!.current() && warnings() > before ? true : undefined), NODE_LOST_MS + 30_000, 250);
+      await waitForValue("the view to stop judging by Kubernetes", () => (!nodes!.current() && warnings() > before ? true : undefined), { timeoutMs: NODE_LOST_MS + 30_000, everyMs: 250 });
       timings.outageToFallback = Date.now() - t;
       expect(nodes!.silence()).toBe("no heartbeat");
       // The SILENT nodes' store heartbeats are stale too by now (they stopped with their Leases).
-      await waitFor("the silent nodes' store heartbeats to be stale", async () => {
+      await waitForValue("the silent nodes' store heartbeats to be stale", async () => {
         const now = Date.now();
         return (await view()).filter((n) => SILENT.includes(n.name)).every((n) => now - n.heartbeatAt > NODE_LOST_MS) ? true : undefined;
-      }, NODE_LOST_MS + 10_000, 500);
+      }, { timeoutMs: NODE_LOST_MS + 10_000, everyMs: 500 });
       // The store's heartbeats stand in for the Leases, so LEASE_ONLY (whose store heartbeats go on) take creates
       // again beside the eligible nodes, and being the emptiest (they missed the creates since) each takes some;
       // the Nodes last seen cordoned or NotReady stay out, the dead (SILENT: no store heartbeat) and the full get none.
@@ -226,12 +227,12 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
       process.kill(apiserverPid, "SIGCONT");
     }
     const back = Date.now();
-    await waitFor("the view to judge by Kubernetes again, all but the 10 silent nodes live", async () => {
+    await waitForValue("the view to judge by Kubernetes again, all but the 10 silent nodes live", async () => {
       if (!nodes!.current()) return undefined;
       const now = Date.now();
       const gone = (await view()).filter((n) => now - n.heartbeatAt > NODE_LOST_MS).map((n) => n.name);
       return gone.length === 10 ? true : undefined;
-    }, 60_000, 250);
+    }, { timeoutMs: 60_000, everyMs: 250 });
     timings.backToKubernetes = Date.now() - back;
     console.log(`apiserver stopped → store fallback ${timings.outageToFallback} ms; answering again → judged by Kubernetes ${timings.backToKubernetes} ms`);
     expect(nodes!.silence()).toBe("no Lease renewal");
@@ -245,10 +246,10 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     const eligible = without(CORDONED, NOT_READY, LEASE_ONLY, SILENT, FULL);
     const labelled = eligible.slice(0, 10);
     await kubectl(cluster!, ["label", "node", ...labelled, `${SANDBOXES_LABEL}=false`]);
-    await waitFor("the view to keep the 10 labelled Nodes out", async () => {
+    await waitForValue("the view to keep the 10 labelled Nodes out", async () => {
       const out = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
       return labelled.every((n) => out.includes(n)) ? true : undefined;
-    }, 30_000, 250);
+    }, { timeoutMs: 30_000, everyMs: 250 });
     // Kubernetes still schedules pods there: only the fleet leaves them alone.
     const list = JSON.parse((await kubectl(cluster!, ["get", "nodes", ...labelled, "-o", "json"])).stdout) as { items: { spec?: { unschedulable?: boolean } }[] };
     expect(list.items.map((i) => i.spec?.unschedulable ?? false)).toEqual(labelled.map(() => false));
@@ -258,10 +259,10 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     // Any other value takes creates, as no label does.
     await kubectl(cluster!, ["label", "node", "--overwrite", ...labelled.slice(0, 5), `${SANDBOXES_LABEL}=true`]);
     await kubectl(cluster!, ["label", "node", ...labelled.slice(5), `${SANDBOXES_LABEL}-`]);
-    await waitFor("the view to take the 10 Nodes back", async () => {
+    await waitForValue("the view to take the 10 Nodes back", async () => {
       const out = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
       return labelled.every((n) => !out.includes(n)) ? true : undefined;
-    }, 30_000, 250);
+    }, { timeoutMs: 30_000, everyMs: 250 });
     // Being the emptiest now (they missed the last creates), each of the 10 takes some.
     const got = await fleet!.create(40);
     for (const n of labelled) expect([...got.keys()]).toContain(n);

@@ -22,11 +22,11 @@ import {
   request,
   startInitWithEnvd,
   tcpServer,
-  waitFor,
   which,
   stopInit,
   type RunningInit,
 } from "../helpers/guest-init.js";
+import { waitFor } from "../helpers/wait.js";
 
 const MiB = 1024 * 1024;
 
@@ -196,7 +196,7 @@ describe.skipIf(!hasGcc)("guest init, process mode, port forwarding (--forward-p
     const still = readAll(open);
     open.end("still open");
     expect(await still).toBe("still open");
-    await waitFor(() => fdCount(init.pid) <= fdsBefore - 2, 10_000, "the init to close the forwarded connections");
+    await waitFor(() => fdCount(init.pid) <= fdsBefore - 2, "the init to close the forwarded connections", { timeoutMs: 10_000 });
   });
 });
 

@@ -28,7 +28,6 @@ import {
   procInfo,
   startInit,
   startInitWithEnvd,
-  waitFor,
   which,
   request,
   rawExchange,
@@ -36,6 +35,7 @@ import {
   stopInit,
   type RunningInit,
 } from "../helpers/guest-init.js";
+import { waitFor } from "../helpers/wait.js";
 import { run } from "../helpers/process.js";
 import { SELF } from "../helpers/accounts.js";
 
@@ -173,7 +173,7 @@ describe.skipIf(!hasGcc)("guest init, process mode, with envd behind it", () => 
       }),
     );
     for (const r of replies) expect(r).toMatch(/^HTTP\/1\.1 204 /);
-    await waitFor(() => fdCount(init.pid) <= fdsBefore + 4, 10_000, "the init to close the finished connections");
+    await waitFor(() => fdCount(init.pid) <= fdsBefore + 4, "the init to close the finished connections", { timeoutMs: 10_000 });
   });
 
   it("passes a half-close on: a request followed by EOF still gets its whole answer", async () => {
@@ -221,16 +221,16 @@ describe.skipIf(!hasGcc)("guest init, process mode, with envd behind it", () => 
     const r = await run(client, `${orphan}; ${orphan}; ${orphan}; echo spawned`);
     expect(r.stdout).toBe("spawned\n");
     // Their parents are gone: the init (a subreaper here) is their parent now...
-    await waitFor(() => childrenOf(init.pid).filter((p) => p.comm === "sleep").length === 3, 2000, "3 orphaned sleeps under the init");
+    await waitFor(() => childrenOf(init.pid).filter((p) => p.comm === "sleep").length === 3, "3 orphaned sleeps under the init", { timeoutMs: 2000 });
     // ...and once they exit it reaps them: no zombie is left behind.
-    await waitFor(() => !childrenOf(init.pid).some((p) => p.comm === "sleep"), 5000, "the sleeps to be reaped");
+    await waitFor(() => !childrenOf(init.pid).some((p) => p.comm === "sleep"), "the sleeps to be reaped", { timeoutMs: 5000 });
     expect(childrenOf(init.pid).filter((p) => p.state === "Z")).toEqual([]);
   });
 
   it("on SIGTERM stops envd and everything else (SIGKILL for the stubborn), then exits 0", async () => {
     const client = createClient(Process, createConnectTransport({ baseUrl: "http://envd", httpVersion: "1.1", nodeOptions: { agent } }));
     await run(client, `(setsid sh -c "trap '' TERM; exec sleep 1000" </dev/null >/dev/null 2>&1 &); echo ok`);
-    await waitFor(() => childrenOf(init.pid).some((p) => p.comm === "sleep"), 2000, "the stubborn sleep under the init");
+    await waitFor(() => childrenOf(init.pid).some((p) => p.comm === "sleep"), "the stubborn sleep under the init", { timeoutMs: 2000 });
     const stubborn = childrenOf(init.pid).find((p) => p.comm === "sleep")!.pid;
     const envd = childrenOf(init.pid).find((p) => p.comm === "node")!.pid;
     agent.destroy();
@@ -407,7 +407,7 @@ describe.skipIf(!hasGcc)("guest init, flags and VM mode", () => {
         "--envd-cmd", "/bin/sh", "--envd-arg", "-c", "--envd-arg", script, "single",
       ]); // prettier-ignore
       try {
-        await waitFor(() => existsSync(join(dir, "ready")), 10_000, "the envd stand-in to start");
+        await waitFor(() => existsSync(join(dir, "ready")), "the envd stand-in to start", { timeoutMs: 10_000 });
         expect(readFileSync(join(dir, "hostname"), "utf8").trim()).toBe("vm-test");
         expect(readFileSync(join(dir, "env"), "utf8")).toBe("trace:/root:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         const lo = readFileSync(join(dir, "lo"), "utf8");

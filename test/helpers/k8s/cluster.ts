@@ -9,7 +9,8 @@ import { join } from "node:path";
 import { buildBinaries, k8sMissing, type K8sArtifacts } from "./binaries.js";
 import { cgroupLeft, cgroupPids, removeCgroup } from "./cgroups.js";
 import { controlPlaneOf, get, startControlPlane } from "./control-plane.js";
-import { alive, killAll, mountsUnder, netnsIdentity, processes, run, sleep, unmountUnder, waitFor } from "./host.js";
+import { alive, killAll, mountsUnder, netnsIdentity, processes, run, sleep, unmountUnder } from "./host.js";
+import { waitForValue } from "../wait.js";
 import { defaultStateDir, loadLayout, planCluster, saveLayout, type ClusterLayout, type NodeLayout } from "./layout.js";
 import { setupNetwork, networkLeftovers, teardownNetwork } from "./network.js";
 import { ctr, importImage as importIntoNode, nodeProcesses, startNode } from "./node.js";
@@ -66,11 +67,11 @@ export async function upCluster(opts: UpOptions): Promise<Cluster> {
     lap("controlPlane");
     await Promise.all(layout.nodes.map((n) => startNode(layout, n, cp)));
     lap("nodesStarted");
-    await waitFor("every node to be Ready", async () => ((await notReadyNodes(layout)).length === 0 ? true : undefined), opts.readyTimeoutMs ?? 90_000, 250);
+    await waitForValue("every node to be Ready", async () => ((await notReadyNodes(layout)).length === 0 ? true : undefined), { timeoutMs: opts.readyTimeoutMs ?? 90_000, everyMs: 250 });
     lap("nodesReady");
     // Pods cannot be created before the controller-manager has made the namespace's default ServiceAccount.
     if (!opts.apiserverOnly) {
-      await waitFor("the default ServiceAccount", async () => ((await adminGet(layout, "/api/v1/namespaces/default/serviceaccounts/default")).status === 200 ? true : undefined), 30_000, 100);
+      await waitForValue("the default ServiceAccount", async () => ((await adminGet(layout, "/api/v1/namespaces/default/serviceaccounts/default")).status === 200 ? true : undefined), { timeoutMs: 30_000, everyMs: 100 });
       lap("serviceAccount");
     }
   } catch (e) {
@@ -153,7 +154,7 @@ export async function startNodeAgain(c: Cluster, name: string, timeoutMs = 60_00
   for (const s of [n.containerdSocket, `${n.containerdSocket}.ttrpc`]) rmSync(s, { force: true });
   const since = new Date();
   await startNode(c.layout, n, controlPlaneOf(c.layout));
-  await waitFor(`${name} to be Ready again`, async () => (!(await notReadyNodes(c.layout, since)).includes(name) ? true : undefined), timeoutMs, 250);
+  await waitForValue(`${name} to be Ready again`, async () => (!(await notReadyNodes(c.layout, since)).includes(name) ? true : undefined), { timeoutMs: timeoutMs, everyMs: 250 });
 }
 
 /** `kubectl` against the cluster as admin. */

@@ -7,7 +7,8 @@ import { request as httpsRequest } from "node:https";
 import { join } from "node:path";
 import type { ClusterLayout } from "./layout.js";
 import { createCA, issue, serviceAccountKeys, writeKubeconfig, type Pki } from "./pki.js";
-import { alive, startDaemon, tail, waitFor } from "./host.js";
+import { alive, startDaemon, tail } from "./host.js";
+import { waitForValue } from "../wait.js";
 
 export interface Get {
   status: number;
@@ -44,10 +45,10 @@ export function get(url: string, tls?: { ca?: string; cert?: string; key?: strin
 async function component(l: ClusterLayout, name: string, cmd: string, args: string[], healthy: () => Promise<boolean>, timeoutMs = 60_000): Promise<number> {
   const log = join(l.stateDir, "logs", `${name}.log`);
   const pid = await startDaemon(cmd, args, log);
-  await waitFor(`${name} to be healthy (log: ${log})`, async () => {
+  await waitForValue(`${name} to be healthy (log: ${log})`, async () => {
     if (!alive(pid)) throw new Error(`${name} exited:\n${tail(log)}`);
     return (await healthy().catch(() => false)) ? true : undefined;
-  }, timeoutMs, 100);
+  }, { timeoutMs: timeoutMs, everyMs: 100 });
   return pid;
 }
 

@@ -16,7 +16,7 @@ import { CLI, runCli } from "../cli.js";
 import { startPostgres, type TestPostgres } from "../postgres.js";
 import { REPO } from "./binaries.js";
 import { importImage, kubectl, type Cluster } from "./cluster.js";
-import { waitFor } from "./host.js";
+import { waitForValue } from "../wait.js";
 import { locale2bImage } from "./locale2b-image.js";
 
 export const FLEET_NS = "locale2b";
@@ -165,11 +165,11 @@ export async function deployFleet(c: Cluster): Promise<K8sFleet> {
     kc.loadFromFile(c.kubeconfig);
     const apps = kc.makeApiClient(AppsV1Api);
     const replicas = l.nodes.length;
-    await waitFor(`the API Deployment (2 ready) and the node DaemonSet (${replicas} ready)`, async () => {
+    await waitForValue(`the API Deployment (2 ready) and the node DaemonSet (${replicas} ready)`, async () => {
       const dep = await apps.readNamespacedDeployment({ name: "locale2b-api", namespace: FLEET_NS });
       const ds = await apps.readNamespacedDaemonSet({ name: "locale2b-node", namespace: FLEET_NS });
       return (dep.status?.readyReplicas ?? 0) === 2 && (ds.status?.numberReady ?? 0) === replicas ? true : undefined;
-    }, 180_000, 500);
+    }, { timeoutMs: 180_000, everyMs: 500 });
     timings.applyToReady = Date.now() - t;
     return { service: `http://${domain}`, domain, apiKey: created.stdout.trim(), databaseUrl, nodeToken, postgres, timings, cleanup };
   } catch (e) {

@@ -2,6 +2,9 @@
 // find and kill processes, unmount what is under a directory. No Kubernetes knowledge here.
 import { execFile, spawn } from "node:child_process";
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
+import { sleep } from "../wait.js";
+
+export { sleep };
 
 export interface RunResult {
   code: number;
@@ -129,25 +132,6 @@ export async function unmountUnder(dir: string): Promise<string[]> {
   return mountsUnder(dir);
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-/** Polls `check` until it returns a value (not undefined) or the time is up; the error says what was awaited. */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await check();
-      if (v !== undefined) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ""}`);
-    await sleep(everyMs);
-  }
-}
 
 /** The last `n` lines of a file, for error messages. */
 export function tail(file: string, n = 20): string {

@@ -7,7 +7,8 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Cluster } from "./cluster.js";
 import { get } from "./control-plane.js";
-import { alive, commandExists, startDaemon, tail, waitFor } from "./host.js";
+import { alive, commandExists, startDaemon, tail } from "./host.js";
+import { waitForValue } from "../wait.js";
 import { cacheRoot, REPO, runBuildScript } from "./binaries.js";
 
 export const KWOK_SCRIPT = join(REPO, "scripts", "k8s", "build-kwok.sh");
@@ -82,10 +83,10 @@ export async function startKwok(c: Cluster, a: KwokArtifacts): Promise<Kwok> {
     log,
     { ...process.env, HOME: home },
   );
-  await waitFor(`kwok to be healthy (log: ${log})`, async () => {
+  await waitForValue(`kwok to be healthy (log: ${log})`, async () => {
     if (!alive(pid)) throw new Error(`kwok exited:\n${tail(log)}`);
     return (await get(`http://${server}/healthz`).catch(() => undefined))?.status === 200 ? true : undefined;
-  }, 60_000, 200);
+  }, { timeoutMs: 60_000, everyMs: 200 });
   return { pid, log };
 }
 

@@ -14,7 +14,8 @@ import YAML from "yaml";
 import { cgroupPids, cgroupV2, createCgroup } from "./cgroups.js";
 import type { ControlPlane } from "./control-plane.js";
 import type { ClusterLayout, NodeLayout } from "./layout.js";
-import { alive, netnsIdentity, processes, run, startDaemon, tail, waitFor } from "./host.js";
+import { alive, netnsIdentity, processes, run, startDaemon, tail } from "./host.js";
+import { waitForValue } from "../wait.js";
 
 /** Where the Debian containernetworking-plugins package puts the CNI plugins. */
 export const CNI_BIN_DIR = "/usr/lib/cni";
@@ -159,10 +160,10 @@ export async function importImage(n: NodeLayout, tarPath: string): Promise<void>
 async function daemon(l: ClusterLayout, n: NodeLayout, name: string, cmd: string, args: string[], ready: () => Promise<boolean>, timeoutMs: number): Promise<number> {
   const log = join(l.stateDir, "logs", `${n.name}-${name}.log`);
   const pid = await startDaemon("nsenter", [`--net=${n.netnsPath}`, "--", cmd, ...args], log);
-  await waitFor(`${name} on ${n.name} (log: ${log})`, async () => {
+  await waitForValue(`${name} on ${n.name} (log: ${log})`, async () => {
     if (!alive(pid)) throw new Error(`${name} on ${n.name} exited:\n${tail(log)}`);
     return (await ready().catch(() => false)) ? true : undefined;
-  }, timeoutMs, 100);
+  }, { timeoutMs: timeoutMs, everyMs: 100 });
   return pid;
 }
 
