@@ -24,6 +24,13 @@ import { bindVolumes, unbindVolumes, type GvisorVolume } from "./volume-binds.js
 
 /** How often the sandbox's sentry process is checked for life. */
 const WATCH_INTERVAL_MS = 500;
+/**
+ * A sentry that dies this soon after an OOM kill in its cgroup is taken to have
+ * run out of memory: in a burst the kernel kills stubs for seconds before it
+ * takes the sentry, and a poll may count the sentry's own kill before its
+ * process is gone (or its cgroup may be gone with it).
+ */
+const OOM_RECENT_MS = 15_000;
 const MiB = 1024 * 1024;
 
 /** What the store keeps so a restarted control plane can re-adopt the sandbox. */
@@ -109,6 +116,8 @@ export class GvisorInstance implements Instance {
   private checkpointed: boolean;
   /** The cgroup's OOM-kill count at the last look. */
   private ooms: number;
+  /** When a look last found that count grown (0: never). */
+  private oomSeenAt = 0;
   /** Who the kernel's OOM killer takes first: the sandbox's processes, not its sentry, init or envd (a new one per sentry). */
   private oomRanks: OomRanks;
 
@@ -126,8 +135,10 @@ export class GvisorInstance implements Instance {
       if (this.checkpointed || this.busy) return; // no sentry while paused to disk, or while it changes
       if (!isRunning(this.pid_, this.startTime)) this.died("the sandbox exited");
       else {
-        // An OOM kill the sandbox lived through (one of its processes, not the sentry) is old news.
-        this.ooms = this.cgroup?.oomKills() ?? this.ooms;
+        // An OOM kill the sandbox lived through (one of its processes, not the sentry) is old news, soon.
+        const ooms = this.cgroup?.oomKills() ?? this.ooms;
+        if (ooms > this.ooms) this.oomSeenAt = Date.now();
+        this.ooms = ooms;
         this.rankOom();
       }
     });
@@ -190,7 +201,7 @@ export class GvisorInstance implements Instance {
   private died(why: string): void {
     if (this.deaths.over || this.killed) return;
     // A memcg OOM may kill the sentry, and with it the whole sandbox (not one process in it).
-    const oom = (this.cgroup?.oomKills() ?? 0) > this.ooms;
+    const oom = (this.cgroup?.oomKills() ?? 0) > this.ooms || Date.now() - this.oomSeenAt < OOM_RECENT_MS;
     const reason = oom ? `the sandbox ran out of memory (${this.o.memoryMB} MiB) and was stopped` : why;
     this.o.log.warn({ reason, log: this.logTail(5) }, "sandbox exited");
     this.deaths.report(reason);
@@ -277,6 +288,7 @@ export class GvisorInstance implements Instance {
       this.startTime = procStat(state.pid)?.startTime ?? 0;
       this.cgroup = openCgroup(groupRecordOf(state.pid, sandboxId), sandboxId);
       this.ooms = this.cgroup?.oomKills() ?? 0;
+      this.oomSeenAt = 0;
       this.cpu.reset(this.cgroup?.cpuNs() ?? 0);
       this.oomRanks = new OomRanks(log);
       this.checkpointed = false;
