@@ -95,11 +95,14 @@ describe("gvisor OOM ranks", () => {
     expect(isRunscProcess("python3\0-c\0")).toBe(false);
   });
 
-  it("keeps the stubs that map the init's or envd's executable, and no other", () => {
+  it("keeps the stubs that map the init's or envd's executable (later the init's only: the spawn helper), and no other", () => {
     const map = (path: string) => `5626c018e000-5626c0192000 r-xs 00002000 fe:00 11650172                   ${path}\n`;
     expect(keptExecutableOf(map("/root/sbin/locale2b-init"))).toBe("/sbin/locale2b-init");
     expect(keptExecutableOf(`${map("/memfd:runsc-memory (deleted)")}${map("/opt/locale2b/node/bin/node")}`)).toBe("/opt/locale2b/node/bin/node");
     expect(keptExecutableOf(map("/root/usr/bin/python3.11"))).toBeUndefined();
     expect(keptExecutableOf(map("/root/usr/local/bin/node"))).toBeUndefined(); // the user's node is not envd's
+    // Once envd is found, only the init's executable keeps a stub (envd's spawn helper, started later).
+    expect(keptExecutableOf(map("/root/sbin/locale2b-init"), ["/sbin/locale2b-init"])).toBe("/sbin/locale2b-init");
+    expect(keptExecutableOf(map("/opt/locale2b/node/bin/node"), ["/sbin/locale2b-init"])).toBeUndefined();
   });
 });

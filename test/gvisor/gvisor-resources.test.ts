@@ -13,7 +13,7 @@ import type { GvisorInstance } from "../../control-plane/runtimes/gvisor/instanc
 import { openCgroup } from "../../control-plane/runtimes/process/cgroup-detect.js";
 import type { CgroupRecord } from "../../control-plane/runtimes/process/cgroups.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
-import { gvisorMissing } from "../helpers/gvisor.js";
+import { gvisorMissing, RUNSC_CONTAINS_BURSTS, runscDate } from "../helpers/gvisor.js";
 import { fill, memoryBurst, memoryHog, processBomb, sh, threadBomb } from "../helpers/resource-probes.js";
 import { setEnv, waitFor } from "../helpers/sdk.js";
 import { testImagesDir } from "../helpers/vm.js";
@@ -67,27 +67,31 @@ describe.skipIf(missing !== undefined)(`gvisor: a limit fails the offender, not 
   it.each(both)("as %s: a process allocating past the sandbox's memory is killed; envd, the init and the sandbox live", async (user) => {
     const before = oomKills(a);
     const r = await sh(a, `${memoryHog(1024)}; echo "exit $?"`, user);
-    expect(r.out).not.toMatch(/survived/);
+    expect(r.out, r.out).not.toMatch(/^survived$/m);
     expect(oomKills(a)).toBeGreaterThan(before);
     expect(r.out).toMatch(/exit (137|1)\b|MemoryError|Killed/);
     await bothAnswer();
   });
 
-  it("a burst of small processes over the memory limit: the OOM killer takes some of them; the neighbour lives, and the sandbox lives or is reported out of memory", async () => {
-    // Its own sandbox: with runsc 20240729 a burst may still end it (README.md in the runtime's folder: the
-    // kernel goes on killing stubs, empty pooled ones too, faster than the sentry frees the killed processes'
-    // memory, and then takes the sentry). Seen: 1 of 2 runs lived.
+  // With runsc 20240729 a burst may end its sandbox (docs/runtimes.md: the kernel goes on killing stubs faster
+  // than that sentry frees the killed processes' memory, then takes the sentry; seen: 1 of 2 lived); with the runsc
+  // scripts/build-runsc.sh builds, every burst tried lived (18 of 18, 10 of them at load 5-7). Its own sandbox, so an
+  // end takes no other test with it.
+  const contained = missing ? false : runscDate() >= RUNSC_CONTAINS_BURSTS;
+  it(`a burst of small processes over the memory limit: the OOM killer takes some of them; the neighbour lives, and the sandbox lives${contained ? "" : " or is reported out of memory (runsc before 2026-09-05)"}`, async () => {
     const s = await Sandbox.create("base", { timeoutMs: 600_000 });
     try {
       const before = oomKills(s);
       await s.files.write("/tmp/burst.sh", memoryBurst());
-      // A few processes of a burst whose stub was killed never finish exiting (runsc 20240729 systrap),
+      // A few processes of a burst whose stub was killed may never finish exiting (runsc 20240729 systrap),
       // so the shell waiting for them is given up on; its output goes to a file, which they hold open.
       await sh(s, "timeout -s KILL 40 bash /tmp/burst.sh > /tmp/burst.out 2>&1");
       // Alive, or ended and reported so: the record may still say running for a moment after the kernel took
       // the sentry (its death is noticed within a poll), so a sandbox that does not answer must come to be reported.
       const answers = () => sh(s, "echo alive").then((r) => r.out === "alive\n", () => false);
       const lived = (await cp.store.getSandbox(s.sandboxId))?.state === "running" && (await answers());
+      console.log(`the burst: the sandbox ${lived ? "lived" : "ended"}; ${oomKills(s) - before} OOM kills in its cgroup; ${lived ? (await sh(s, "cat /tmp/burst.out")).out.trim() : ""}`);
+      if (contained) expect(lived, "the sandbox lives through the burst (runsc from 2026-09-05 on)").toBe(true);
       if (lived) {
         expect(oomKills(s)).toBeGreaterThan(before);
       } else {

@@ -36,9 +36,9 @@ export function isRunscProcess(cmdline: string): boolean {
 }
 
 /** Which of the init's and envd's executables a stub's address space (its /proc/<pid>/maps) maps. */
-export function keptExecutableOf(maps: string): string | undefined {
+export function keptExecutableOf(maps: string, kept: readonly string[] = KEPT_EXECUTABLES): string | undefined {
   for (const line of maps.split("\n")) {
-    const exe = KEPT_EXECUTABLES.find((e) => line.endsWith(e));
+    const exe = kept.find((e) => line.endsWith(e));
     if (exe) return exe;
   }
   return undefined;
@@ -63,7 +63,10 @@ export class OomRanks {
    * Ranks the sandbox's host processes (its cgroup's). Until the init's and
    * envd's stubs are found (they start before envd answers, so before any
    * command of the user's), stubs mapping their executables are kept; every
-   * other stub, and every later one, is raised.
+   * other stub is raised. Later, only the init's executable keeps a stub: envd's
+   * spawn helper is `locale2b-init --spawn-helper`, which may start (or start
+   * again) after envd answers; a user's own process running it only changes who
+   * goes first in its own sandbox.
    */
   update(pids: number[]): void {
     const live = new Set(pids);
@@ -73,7 +76,7 @@ export class OomRanks {
       if (this.kept.has(pid) || this.raised.has(pid)) continue;
       const cmdline = read(`/proc/${pid}/cmdline`);
       if (cmdline === undefined) continue; // gone
-      const exe = isRunscProcess(cmdline) || wasSettled ? undefined : keptExecutableOf(read(`/proc/${pid}/maps`) ?? "");
+      const exe = isRunscProcess(cmdline) ? undefined : keptExecutableOf(read(`/proc/${pid}/maps`) ?? "", wasSettled ? [GUEST.init] : KEPT_EXECUTABLES);
       if (isRunscProcess(cmdline) || exe) {
         this.kept.add(pid);
         if (exe) this.found.add(exe);
