@@ -154,7 +154,7 @@ export async function startNodeAgain(c: Cluster, name: string, timeoutMs = 60_00
   for (const s of [n.containerdSocket, `${n.containerdSocket}.ttrpc`]) rmSync(s, { force: true });
   const since = new Date();
   await startNode(c.layout, n, controlPlaneOf(c.layout));
-  await waitForValue(`${name} to be Ready again`, async () => (!(await notReadyNodes(c.layout, since)).includes(name) ? true : undefined), { timeoutMs: timeoutMs, everyMs: 250 });
+  await waitForValue(`${name} to be Ready again`, async () => (!(await notReadyNodes(c.layout, since)).includes(name) ? true : undefined), { timeoutMs, everyMs: 250 });
 }
 
 /** `kubectl` against the cluster as admin. */

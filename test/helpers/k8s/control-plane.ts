@@ -48,7 +48,7 @@ async function component(l: ClusterLayout, name: string, cmd: string, args: stri
   await waitForValue(`${name} to be healthy (log: ${log})`, async () => {
     if (!alive(pid)) throw new Error(`${name} exited:\n${tail(log)}`);
     return (await healthy().catch(() => false)) ? true : undefined;
-  }, { timeoutMs: timeoutMs, everyMs: 100 });
+  }, { timeoutMs, everyMs: 100 });
   return pid;
 }
 

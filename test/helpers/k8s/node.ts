@@ -163,7 +163,7 @@ async function daemon(l: ClusterLayout, n: NodeLayout, name: string, cmd: string
   await waitForValue(`${name} on ${n.name} (log: ${log})`, async () => {
     if (!alive(pid)) throw new Error(`${name} on ${n.name} exited:\n${tail(log)}`);
     return (await ready().catch(() => false)) ? true : undefined;
-  }, { timeoutMs: timeoutMs, everyMs: 100 });
+  }, { timeoutMs, everyMs: 100 });
   return pid;
 }
 
