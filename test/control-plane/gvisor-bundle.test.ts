@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { HOST_DIR, hostPidsMax, ociSpec } from "../../control-plane/runtimes/gvisor/bundle.js";
 import { effectivePolicy } from "../../control-plane/runtimes/gvisor/instance.js";
 import { isRunscProcess, keptExecutableOf } from "../../control-plane/runtimes/gvisor/oom-ranks.js";
+import { oldRunscNote, runscDateOf } from "../../control-plane/runtimes/gvisor/runsc.js";
 import { gvisorLayout } from "../../control-plane/runtimes/gvisor/rootfs.js";
 import { bundleVolumes } from "../../control-plane/runtimes/gvisor/volume-binds.js";
 import { netnsName } from "../../control-plane/runtimes/net/netns.js";
@@ -104,5 +105,18 @@ describe("gvisor OOM ranks", () => {
     // Once envd is found, only the init's executable keeps a stub (envd's spawn helper, started later).
     expect(keptExecutableOf(map("/root/sbin/locale2b-init"), ["/sbin/locale2b-init"])).toBe("/sbin/locale2b-init");
     expect(keptExecutableOf(map("/opt/locale2b/node/bin/node"), ["/sbin/locale2b-init"])).toBeUndefined();
+  });
+});
+
+describe("runsc versions", () => {
+  it("reads the date of Debian's, gVisor's and our own builds' versions, and says what an older one costs", () => {
+    expect(runscDateOf("0.0~20240729.0")).toBe(20240729);
+    expect(runscDateOf("release-20250101.0")).toBe(20250101);
+    expect(runscDateOf("0.0~20260905.0-go")).toBe(20260905);
+    expect(runscDateOf("VERSION_MISSING")).toBe(0);
+    expect(oldRunscNote("0.0~20240729.0")).toMatch(/burst .* can end the whole sandbox.*setup-host/);
+    expect(oldRunscNote("VERSION_MISSING")).toMatch(/predates/);
+    expect(oldRunscNote("0.0~20260905.0-go")).toBeUndefined();
+    expect(oldRunscNote("release-20261101.0")).toBeUndefined();
   });
 });

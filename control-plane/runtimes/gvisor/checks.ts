@@ -3,7 +3,7 @@
 import { binaryCheck, type HostCheck } from "../../host/checks.js";
 import { findExecutable } from "../../host/executables.js";
 import { setting } from "../../settings.js";
-import { RUNSC_INSTALL, runscVersion } from "./runsc.js";
+import { oldRunscNote, RUNSC_INSTALL, runscVersion } from "./runsc.js";
 
 async function runscCheck(env: NodeJS.ProcessEnv): Promise<HostCheck> {
   const check = await binaryCheck("runsc", setting("LOCALE2B_RUNSC", env), "LOCALE2B_RUNSC", "gvisor", ["--version"], `optional (gvisor runtime only): ${RUNSC_INSTALL}`, (l) =>
@@ -12,7 +12,8 @@ async function runscCheck(env: NodeJS.ProcessEnv): Promise<HostCheck> {
   if (!check.ok) return check;
   const path = findExecutable("runsc", setting("LOCALE2B_RUNSC", env), env)!;
   const v = await runscVersion(path).catch(() => undefined);
-  return { ...check, detail: v ? `${check.detail}, platform ${v.platform}` : check.detail };
+  const old = v && oldRunscNote(v.version);
+  return { ...check, detail: v ? `${check.detail}, platform ${v.platform}${old ? `; ${old}` : ""}` : check.detail };
 }
 
 export function gvisorChecks(env: NodeJS.ProcessEnv): Promise<HostCheck>[] {

@@ -19,6 +19,20 @@ export function findRunsc(env: NodeJS.ProcessEnv = process.env): string | undefi
 export const RUNSC_INSTALL =
   "install gVisor's runsc: run scripts/setup-host (Debian trixie's static build into /usr/local/bin), or put gVisor's release on PATH (https://gvisor.dev/docs/user_guide/install/), or set LOCALE2B_RUNSC";
 
+/** From this runsc on (gVisor's tree of 2026-09-05, as scripts/build-runsc.sh builds it), a burst over a sandbox's memory leaves the sandbox alive. */
+export const RUNSC_CONTAINS_BURSTS = 20260905;
+
+/** The date in a runsc version (Debian's 0.0~20240729.0, gVisor's release-20250101.0, ours 0.0~20260905.0-go); 0 when it has none. */
+export function runscDateOf(version: string): number {
+  return Number(/20\d{6}/.exec(version)?.[0] ?? 0);
+}
+
+/** What an older runsc costs, for doctor and the server's start-up notes; undefined for a recent one. */
+export function oldRunscNote(version: string): string | undefined {
+  if (runscDateOf(version) >= RUNSC_CONTAINS_BURSTS) return undefined;
+  return "this runsc predates 2026-09-05: a burst of processes over a sandbox's memory can end the whole sandbox, and resumes are about 3x slower (scripts/setup-host builds a newer one when Go is installed)";
+}
+
 /** The platform sandboxes run on: LOCALE2B_RUNSC_PLATFORM, else runsc's default (systrap; ptrace before 2023). */
 export function runscPlatform(env: NodeJS.ProcessEnv = process.env): string | undefined {
   return setting("LOCALE2B_RUNSC_PLATFORM", env) || undefined;
