@@ -90,8 +90,9 @@ export async function startPostgres(opts: PostgresOptions = {}): Promise<TestPos
         await c.query(sql);
         return;
       } catch (err) {
-        // Up but not yet accepting connections ("the database system is starting up").
-        if (i > 200 || !/starting up/.test((err as Error).message)) throw err;
+        // Up but not yet accepting connections ("the database system is starting up"), or its socket bound but
+        // not yet listening (ECONNREFUSED: a kwok test's start met that once).
+        if (i > 200 || !/starting up|ECONNREFUSED/.test((err as Error).message)) throw err;
         await new Promise((r) => setTimeout(r, 25));
       } finally {
         await c.end().catch(() => undefined);
