@@ -23,7 +23,11 @@ export interface TestControlPlane extends RunningControlPlane {
 export async function startTestControlPlane(opts: Partial<ControlPlaneOptions> = {}): Promise<TestControlPlane> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "locale2b-cp-"));
   const apiKey = opts.apiKey ?? `e2b_${randomBytes(20).toString("hex")}`;
-  const cp = await startControlPlane({ host: "127.0.0.1", port: 0, ...opts, dataDir, apiKey });
+  const cp = await startControlPlane({ host: "127.0.0.1", port: 0, ...opts, dataDir, apiKey }).catch((err: unknown) => {
+    // A start that fails (some tests expect it to) leaves no temporary data dir behind.
+    if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  });
   return {
     ...cp,
     apiKey,
