@@ -2,7 +2,7 @@
 // the sandbox's directory), so a sandbox's files, its runsc state and, later,
 // its checkpoint images are one folder, and adoption after a restart needs
 // nothing but that folder.
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -31,6 +31,29 @@ export function runscDateOf(version: string): number {
 export function oldRunscNote(version: string): string | undefined {
   if (runscDateOf(version) >= RUNSC_CONTAINS_BURSTS) return undefined;
   return "this runsc predates 2026-09-05: a burst of processes over a sandbox's memory can end the whole sandbox, and resumes are about 3x slower (scripts/setup-host builds a newer one when Go is installed)";
+}
+
+/** Options a runsc may lack (Debian's 20240729 has neither), found from its `--help`, once per binary. */
+export interface RunscFeatures {
+  /** `restore -background`: the restore returns once the sandbox runs; its memory is read in behind it. */
+  backgroundRestore: boolean;
+  /** `checkpoint -exclude-committed-zero-pages`: pages of zeros are not written to the image. */
+  skipZeroPages: boolean;
+}
+const featureCache = new Map<string, RunscFeatures>();
+
+export function runscFeatures(bin: string): RunscFeatures {
+  let f = featureCache.get(bin);
+  if (!f) {
+    // `runsc <command> --help` lists the flags on stderr and exits non-zero ("help requested").
+    const help = (command: string) => {
+      const r = spawnSync(bin, [command, "--help"], { encoding: "utf8", timeout: 20_000 });
+      return `${r.stdout ?? ""}${r.stderr ?? ""}`;
+    };
+    f = { backgroundRestore: /^\s*-background\b/m.test(help("restore")), skipZeroPages: /^\s*-exclude-committed-zero-pages\b/m.test(help("checkpoint")) };
+    featureCache.set(bin, f);
+  }
+  return f;
 }
 
 /** The platform sandboxes run on: LOCALE2B_RUNSC_PLATFORM, else runsc's default (systrap; ptrace before 2023). */
@@ -115,7 +138,10 @@ export class Runsc {
    * the same bundle (its rootfs, network namespace and limits), under this id.
    */
   async restore(o: RunOptions & { imagePath: string }, timeoutMs = 120_000): Promise<void> {
-    await this.detached("restore", ["-bundle", o.bundle, `-image-path=${o.imagePath}`], o, timeoutMs);
+    // In the background: the sandbox runs as soon as its kernel state is back, and its memory is read in behind it
+    // (the sentry holds the image's files open, so the caller may delete them once this returns).
+    const background = runscFeatures(this.bin).backgroundRestore ? ["-background"] : [];
+    await this.detached("restore", ["-bundle", o.bundle, `-image-path=${o.imagePath}`, ...background], o, timeoutMs);
   }
 
   /** `run` and `restore`: started detached with its output in the log file, waited for until the sandbox runs. */
@@ -154,7 +180,8 @@ export class Runsc {
    * once the image is saved, so a failed checkpoint never loses a sandbox.
    */
   checkpoint(imagePath: string): Promise<string> {
-    return this.cmd(["checkpoint", "-compression=none", `-image-path=${imagePath}`, "-leave-running", this.id], 600_000);
+    const zeros = runscFeatures(this.bin).skipZeroPages ? ["-exclude-committed-zero-pages"] : [];
+    return this.cmd(["checkpoint", "-compression=none", ...zeros, `-image-path=${imagePath}`, "-leave-running", this.id], 600_000);
   }
 
   /** Writes `value` into a file inside the sandbox as root (gVisor's kernel only: its own cgroup files). */
