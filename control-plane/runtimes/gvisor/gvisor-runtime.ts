@@ -203,7 +203,7 @@ export class GvisorRuntime implements Runtime {
       } finally {
         await unbindVolumes(layout.dir);
       }
-      const state = await runsc.state();
+      const state = await runsc.startedPid();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after it started (${state?.status ?? "unknown to runsc"})`);
       // A restored sandbox's kernel has its limit from the checkpoint; a booted one gets it now (the host's is looser: bundle.ts).
       if (!from?.checkpoint) await runsc.writeInside(GUEST_PIDS_MAX, String(pidsMax)).catch((err: unknown) => spec.log.warn({ err }, "cannot set the sandbox's pids limit inside: a fork bomb may stop it"));

@@ -282,7 +282,7 @@ export class GvisorInstance implements Instance {
       } finally {
         await unbindVolumes(layout.dir);
       }
-      const state = await runsc.state();
+      const state = await runsc.startedPid();
       if (!state || !isRunning(state.pid)) throw new Error(`the sandbox stopped right after its restore (${state?.status ?? "unknown to runsc"})`);
       this.pid_ = state.pid;
       this.startTime = procStat(state.pid)?.startTime ?? 0;

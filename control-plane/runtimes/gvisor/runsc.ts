@@ -3,7 +3,7 @@
 // its checkpoint images are one folder, and adoption after a restart needs
 // nothing but that folder.
 import { execFile, spawn, spawnSync } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { findExecutable } from "../../host/executables.js";
@@ -94,6 +94,9 @@ export interface RunOptions {
 
 /** runsc with one sandbox's state root; the container id is the sandbox id. */
 export class Runsc {
+  /** Where the last run or restore had runsc write the sandbox's pid. */
+  private pidFile: string | undefined;
+
   constructor(
     readonly bin: string,
     readonly root: string,
@@ -146,7 +149,10 @@ export class Runsc {
 
   /** `run` and `restore`: started detached with its output in the log file, waited for until the sandbox runs. */
   private async detached(command: "run" | "restore", flags: string[], o: RunOptions, timeoutMs: number): Promise<void> {
-    const args = [...this.globals(), "--host-uds=all", `--network=${o.network}`, "--overlay2=none", command, "-detach", ...flags, this.id];
+    // runsc writes the sandbox's host pid there once it runs: startedPid() reads it instead of asking `runsc state`.
+    this.pidFile = join(o.bundle, "sandbox.pid");
+    rmSync(this.pidFile, { force: true });
+    const args = [...this.globals(), "--host-uds=all", `--network=${o.network}`, "--overlay2=none", command, "-detach", `-pid-file=${this.pidFile}`, ...flags, this.id];
     const [file, argv] =
       o.network === "sandbox"
         ? [findExecutable("unshare") ?? "unshare", ["--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o ro,size=4k none /proc/sys/net && exec "$0" "$@"', this.bin, ...args]]
@@ -192,6 +198,21 @@ export class Runsc {
   /** A signal (a name such as URG: runsc sends 1-31 only) to the sandbox's init, PID 1 inside. */
   signal(name: string): Promise<string> {
     return this.cmd(["kill", this.id, name], 30_000);
+  }
+
+  /**
+   * The host pid of the sandbox the last run or restore started, from the pid
+   * file runsc wrote (a `runsc state` is a whole runsc process: about 40 ms of
+   * a resume); else as `runsc state` says.
+   */
+  async startedPid(): Promise<RunscState | undefined> {
+    try {
+      const pid = this.pidFile ? Number(readFileSync(this.pidFile, "utf8").trim()) : 0;
+      if (Number.isInteger(pid) && pid > 0) return { status: "running", pid };
+    } catch {
+      // not written: ask runsc
+    }
+    return this.state();
   }
 
   /** The sandbox's status and host pid, or undefined when runsc knows no such sandbox. */
