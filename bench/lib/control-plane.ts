@@ -312,3 +312,9 @@ export async function startControlPlaneChild(
   };
   return cp;
 }
+/** The `locale2b_warm_pool_ready` gauge of a server's /metrics (0 when absent); `headers`: its API key, and a node's token. */
+export async function warmPoolReady(url: string, headers: Record<string, string>): Promise<number> {
+  const res = await request(`${url}/metrics`, "GET", headers);
+  const m = /^locale2b_warm_pool_ready(?:\{\})? (\d+)/m.exec(res.body);
+  return m ? Number(m[1]) : 0;
+}

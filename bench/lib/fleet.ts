@@ -13,6 +13,7 @@ import { CLI, killSandboxesSync, request } from "./control-plane.js";
 
 /** The header that carries the fleet's node token (control-plane/fleet/node-agent.ts). */
 export { NODE_TOKEN_HEADER } from "../../control-plane/fleet/node-agent.js";
+export { warmPoolReady } from "./control-plane.js";
 
 /** The server's `--max-sandboxes` / `--memory-budget-mb` as startControlPlaneChild gives serve: the benchmark's counts decide, not the caps. */
 export const NO_CAPS = ["--max-sandboxes", "100000", "--memory-budget-mb", String(1024 * 1024 * 1024)];
@@ -110,12 +111,6 @@ export function startFleetChild(
   });
 }
 
-/** The `locale2b_warm_pool_ready` gauge of a server's /metrics (0 when absent); `headers`: its API key, and a node's token. */
-export async function warmPoolReady(url: string, headers: Record<string, string>): Promise<number> {
-  const res = await request(`${url}/metrics`, "GET", headers);
-  const m = /^locale2b_warm_pool_ready(?:\{\})? (\d+)/m.exec(res.body);
-  return m ? Number(m[1]) : 0;
-}
 
 /** A second node's own image cache (test/helpers/fleet-images.ts), removed at the bench's cleanup. */
 export function ownImagesDir(shared: string): string {
