@@ -6,7 +6,7 @@ import { PgStore } from "../control-plane/store/pg-store.js";
 import { postgresMissing, startPostgres, type TestPostgres } from "../test/helpers/postgres.js";
 import { startControlPlaneChild, type ControlPlaneChild } from "./lib/control-plane.js";
 import { processCpuSeconds } from "./lib/cpu.js";
-import { NO_CAPS, NODE_TOKEN_HEADER, onPostgresCleanup, ownImagesDir, startFleetChild, warmPoolReady, type FleetChild } from "./lib/fleet.js";
+import { NO_CAPS, NODE_TOKEN_HEADER, onPostgresCleanup, ownImagesDir, startFleetChild, waitForWarmPools, type FleetChild } from "./lib/fleet.js";
 import type { GoalResult } from "./lib/goal.js";
 import { envInt, fmtMs, fmtRatio, heading, printTable, verdict } from "./lib/report.js";
 import { median, quantile } from "./lib/stats.js";
@@ -155,14 +155,7 @@ export async function benchFleet(): Promise<GoalResult[]> {
     const nodeHeaders = { "x-api-key": apiKey, [NODE_TOKEN_HEADER]: token };
     const serveHeaders = { "X-API-Key": serve.apiKey };
     /** Waits (at most 20 s) until every given warm pool holds `ready` sandboxes. */
-    const waitWarm = async (pools: { url: string; headers: Record<string, string> }[], ready = 2) => {
-      const until = Date.now() + 20_000;
-      for (;;) {
-        const counts = await Promise.all(pools.map((p) => warmPoolReady(p.url, p.headers)));
-        if (counts.every((c) => c >= ready) || Date.now() > until) return;
-        await sleep(50);
-      }
-    };
+    const waitWarm = async (pools: { url: string; headers: Record<string, string> }[], ready = 2) => void (await waitForWarmPools(pools, ready, 20_000));
     const n1Pool = { url: n1.url, headers: nodeHeaders };
     const servePool = { url: serve.url, headers: serveHeaders };
     const servePgPool = { url: servePg.url, headers: { "X-API-Key": servePg.apiKey } };

@@ -4,7 +4,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Process } from "../gen/ts/process/process_pb.js";
 import { findExecutable } from "../control-plane/host/executables.js";
-import { request, startControlPlaneChild, warmPoolReady, type ControlPlaneChild, type SandboxHandle } from "./lib/control-plane.js";
+import { request, startControlPlaneChild, waitForWarmPools, type ControlPlaneChild, type SandboxHandle } from "./lib/control-plane.js";
 import type { GoalResult } from "./lib/goal.js";
 import { envInt, fmtMs, fmtRatio, heading, printTable } from "./lib/report.js";
 import { processTable, sandboxPids, sumMemory } from "./lib/procmem.js";
@@ -102,12 +102,9 @@ async function createsMs(cp: ControlPlaneChild, n: number): Promise<number[]> {
 async function warmPoolCreates(cp: ControlPlaneChild, n: number, pool: number): Promise<{ call: number[]; first: number[] }> {
   const call: number[] = [];
   const first: number[] = [];
-  const headers = { "X-API-Key": cp.apiKey };
+  const pools = [{ url: cp.url, headers: { "X-API-Key": cp.apiKey } }];
   for (let i = 0; i < n; i++) {
-    for (let w = 0; (await warmPoolReady(cp.url, headers)) < pool; w++) {
-      if (w > 1200) throw new Error(`the warm pool did not fill to ${pool} within 120 s`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    if (!(await waitForWarmPools(pools, pool, 120_000))) throw new Error(`the warm pool did not fill to ${pool} within 120 s`);
     const t0 = performance.now();
     const sb = await cp.createSandbox(600);
     call.push(performance.now() - t0);

@@ -4,13 +4,13 @@
 #
 #   $LOCALE2B_CACHE_DIR/runsc/<version>/runsc
 #
-# The gvisor runtime uses the newest complete build there before a runsc on PATH (LOCALE2B_RUNSC still
-# wins; control-plane/runtimes/gvisor/runsc.ts). Why build it: Debian's runsc (0.0~20240729) lets a burst of
-# processes over a sandbox's memory end the whole sandbox, and restores slowly; this one contained every
-# burst tried here and resumes about 3x faster (docs/runtimes.md, "A newer runsc").
+# scripts/setup-host installs it as runsc (beside its other tools) when the runsc it finds is older. Why build
+# it: Debian's runsc (0.0~20240729) lets a burst of processes over a sandbox's memory end the whole sandbox,
+# and restores slowly; this one contained every burst tried here and resumes about 3x faster
+# (docs/runtimes.md, "A newer runsc").
 #
-# 3-6 minutes cold on 2 shared cores (a 21 MB module and its dependencies, then the build); a complete
-# cache directory is printed at once. A lock (flock) makes a second concurrent run wait for the first.
+# About 70 s with empty Go caches on 2 shared cores (a 21 MB module and its dependencies, then the build); a
+# complete cache directory is printed at once. A lock (flock) makes a second concurrent run wait for the first.
 # Prints the runsc binary's path as the last line of stdout; progress on stderr. Environment:
 # LOCALE2B_RUNSC_VERSION (default below: the module's pseudo-version of 2026-09-05), LOCALE2B_CACHE_DIR
 # (default ~/.cache/locale2b). Needs Go >= 1.26.3 on PATH (or /usr/local/go/bin).

@@ -312,9 +312,21 @@ export async function startControlPlaneChild(
   };
   return cp;
 }
+
 /** The `locale2b_warm_pool_ready` gauge of a server's /metrics (0 when absent); `headers`: its API key, and a node's token. */
 export async function warmPoolReady(url: string, headers: Record<string, string>): Promise<number> {
   const res = await request(`${url}/metrics`, "GET", headers);
   const m = /^locale2b_warm_pool_ready(?:\{\})? (\d+)/m.exec(res.body);
   return m ? Number(m[1]) : 0;
+}
+
+/** Polls warmPoolReady until every one of `pools` holds `ready` sandboxes; false if that takes longer than `timeoutMs`. */
+export async function waitForWarmPools(pools: { url: string; headers: Record<string, string> }[], ready: number, timeoutMs: number): Promise<boolean> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const counts = await Promise.all(pools.map((p) => warmPoolReady(p.url, p.headers)));
+    if (counts.every((c) => c >= ready)) return true;
+    if (Date.now() > until) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

@@ -13,7 +13,7 @@ import { CLI, killSandboxesSync, request } from "./control-plane.js";
 
 /** The header that carries the fleet's node token (control-plane/fleet/node-agent.ts). */
 export { NODE_TOKEN_HEADER } from "../../control-plane/fleet/node-agent.js";
-export { warmPoolReady } from "./control-plane.js";
+export { waitForWarmPools } from "./control-plane.js";
 
 /** The server's `--max-sandboxes` / `--memory-budget-mb` as startControlPlaneChild gives serve: the benchmark's counts decide, not the caps. */
 export const NO_CAPS = ["--max-sandboxes", "100000", "--memory-budget-mb", String(1024 * 1024 * 1024)];

@@ -13,7 +13,8 @@ import type { GvisorInstance } from "../../control-plane/runtimes/gvisor/instanc
 import { openCgroup } from "../../control-plane/runtimes/process/cgroup-detect.js";
 import type { CgroupRecord } from "../../control-plane/runtimes/process/cgroups.js";
 import { startTestControlPlane, type TestControlPlane } from "../helpers/control-plane.js";
-import { gvisorMissing, RUNSC_CONTAINS_BURSTS, runscDate } from "../helpers/gvisor.js";
+import { RUNSC_CONTAINS_BURSTS } from "../../control-plane/runtimes/gvisor/runsc.js";
+import { gvisorMissing, runscDate } from "../helpers/gvisor.js";
 import { fill, memoryBurst, memoryHog, processBomb, sh, threadBomb } from "../helpers/resource-probes.js";
 import { setEnv, waitFor } from "../helpers/sdk.js";
 import { testImagesDir } from "../helpers/vm.js";

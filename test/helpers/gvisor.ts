@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { findTemplateImage } from "../../control-plane/images/layout.js";
-import { findRunsc, RUNSC_CONTAINS_BURSTS, runscDateOf } from "../../control-plane/runtimes/gvisor/runsc.js";
+import { findRunsc, runscDateOf } from "../../control-plane/runtimes/gvisor/runsc.js";
 import { GvisorRuntime } from "../../control-plane/runtimes/gvisor/gvisor-runtime.js";
 import { testImagesDir } from "./vm.js";
 
@@ -22,5 +22,3 @@ export function runscDate(): number {
   const bin = findRunsc();
   return bin ? runscDateOf(execFileSync(bin, ["--version"], { encoding: "utf8" }).split("\n")[0] ?? "") : 0;
 }
-
-export { RUNSC_CONTAINS_BURSTS };

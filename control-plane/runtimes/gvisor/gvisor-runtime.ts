@@ -19,7 +19,7 @@ import { effectivePolicy, GvisorInstance, type PersistedGvisorInstance } from ".
 import { tailLines } from "../../host/log-tail.js";
 import { WarmImages, warmKey } from "./warm-image.js";
 import { gvisorLayout, mountRoot, quiescedAck, removeSandboxDir, snapshotCheckpoint, snapshotDisk } from "./rootfs.js";
-import { findRunsc, oldRunscNote, Runsc, RUNSC_INSTALL, runscVersion } from "./runsc.js";
+import { findRunsc, oldRunscNote, Runsc, RUNSC_INSTALL, runscFeatures, runscVersion } from "./runsc.js";
 import { setting } from "../../settings.js";
 import { sandboxIdRange } from "../process/id-map.js";
 import { bindVolumes, bundleVolumes, unbindVolumes } from "./volume-binds.js";
@@ -68,6 +68,7 @@ export class GvisorRuntime implements Runtime {
     const notes = [`gVisor sandboxes: runsc ${v.version} (${bin}), platform ${v.platform}`];
     const old = oldRunscNote(v.version);
     if (old) notes.push(old);
+    void runscFeatures(bin); // known before the first restore or checkpoint asks
     const noVeth = vethUnsupported();
     if (noVeth) notes.push(`sandboxes have loopback only and no egress rules (${noVeth})`);
     if (!findTemplateImage("base", this.images())) notes.push("template 'base' is not built yet: run `locale2b template build base`");

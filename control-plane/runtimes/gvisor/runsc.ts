@@ -2,7 +2,7 @@
 // the sandbox's directory), so a sandbox's files, its runsc state and, later,
 // its checkpoint images are one folder, and adoption after a restart needs
 // nothing but that folder.
-import { execFile, spawn, spawnSync } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -40,17 +40,21 @@ export interface RunscFeatures {
   /** `checkpoint -exclude-committed-zero-pages`: pages of zeros are not written to the image. */
   skipZeroPages: boolean;
 }
-const featureCache = new Map<string, RunscFeatures>();
+const featureCache = new Map<string, Promise<RunscFeatures>>();
 
-export function runscFeatures(bin: string): RunscFeatures {
+/** `runsc <command> --help`: its flags, on stderr, with a non-zero exit ("help requested"). */
+function helpOf(bin: string, command: string): Promise<string> {
+  return new Promise((resolve) => execFile(bin, [command, "--help"], { timeout: 20_000 }, (_err, stdout, stderr) => resolve(`${stdout}${stderr}`)));
+}
+
+/** Once per binary, asked without blocking (the runtime's check() asks first, so a sandbox start finds it known). */
+export function runscFeatures(bin: string): Promise<RunscFeatures> {
   let f = featureCache.get(bin);
   if (!f) {
-    // `runsc <command> --help` lists the flags on stderr and exits non-zero ("help requested").
-    const help = (command: string) => {
-      const r = spawnSync(bin, [command, "--help"], { encoding: "utf8", timeout: 20_000 });
-      return `${r.stdout ?? ""}${r.stderr ?? ""}`;
-    };
-    f = { backgroundRestore: /^\s*-background\b/m.test(help("restore")), skipZeroPages: /^\s*-exclude-committed-zero-pages\b/m.test(help("checkpoint")) };
+    f = Promise.all([helpOf(bin, "restore"), helpOf(bin, "checkpoint")]).then(([restore, checkpoint]) => ({
+      backgroundRestore: /^\s*-background\b/m.test(restore),
+      skipZeroPages: /^\s*-exclude-committed-zero-pages\b/m.test(checkpoint),
+    }));
     featureCache.set(bin, f);
   }
   return f;
@@ -143,7 +147,7 @@ export class Runsc {
   async restore(o: RunOptions & { imagePath: string }, timeoutMs = 120_000): Promise<void> {
     // In the background: the sandbox runs as soon as its kernel state is back, and its memory is read in behind it
     // (the sentry holds the image's files open, so the caller may delete them once this returns).
-    const background = runscFeatures(this.bin).backgroundRestore ? ["-background"] : [];
+    const background = (await runscFeatures(this.bin)).backgroundRestore ? ["-background"] : [];
     await this.detached("restore", ["-bundle", o.bundle, `-image-path=${o.imagePath}`, ...background], o, timeoutMs);
   }
 
@@ -185,8 +189,8 @@ export class Runsc {
    * uncompressed; it goes on running (`-leave-running`): the caller stops it
    * once the image is saved, so a failed checkpoint never loses a sandbox.
    */
-  checkpoint(imagePath: string): Promise<string> {
-    const zeros = runscFeatures(this.bin).skipZeroPages ? ["-exclude-committed-zero-pages"] : [];
+  async checkpoint(imagePath: string): Promise<string> {
+    const zeros = (await runscFeatures(this.bin)).skipZeroPages ? ["-exclude-committed-zero-pages"] : [];
     return this.cmd(["checkpoint", "-compression=none", ...zeros, `-image-path=${imagePath}`, "-leave-running", this.id], 600_000);
   }
 
