@@ -14,7 +14,7 @@
 // once the label goes).
 // Skipped, saying why, as test/k8s/cluster.test.ts is, without a PostgreSQL server, or when kwok cannot be
 // built (scripts/k8s/build-kwok.sh: Go and the module proxy; cached in ~/.cache/locale2b/k8s-kwok).
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
@@ -148,12 +148,17 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     expect(Math.min(...got.values())).toBe(10);
   }, 600_000);
 
-  it("places nothing on 10 cordoned Nodes (kubectl cordon)", async () => {
+  it("places nothing on 10 cordoned Nodes (kubectl cordon), seen from the Nodes' watch (no list since the first)", async () => {
+    const before = nodes!.watchStats();
     await kubectl(cluster!, ["cordon", ...CORDONED]);
     await waitForValue("the view to show the 10 Nodes cordoned", async () => {
       const cordoned = (await view()).filter((n) => n.state === "cordoned").map((n) => n.name);
       return cordoned.length === 10 && CORDONED.every((n) => cordoned.includes(n)) ? true : undefined;
     }, { timeoutMs: 30_000, everyMs: 250 });
+    // The cordons came as watch events.
+    const after = nodes!.watchStats();
+    expect(after.nodes.lists, "the Nodes were listed again").toBe(1);
+    expect(after.nodes.events - before.nodes.events).toBeGreaterThanOrEqual(10);
     expectSpread(await fleet!.create(180), without(CORDONED), await totals());
   }, 300_000);
 
@@ -187,6 +192,10 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     console.log(`Leases stopped → 10 nodes judged lost ${Date.now() - t} ms later (NODE_LOST_MS ${NODE_LOST_MS})`);
     expect(lost.sort()).toEqual([...LEASE_ONLY, ...SILENT].sort());
     expect(nodes!.silence()).toBe("no Lease renewal");
+    // The other 90 stayed live by their renewals, which came as watch events (at least one each in 15 s), not lists.
+    const stats = nodes!.watchStats().leases;
+    expect(stats.lists, "the Leases were listed again").toBe(1);
+    expect(stats.events).toBeGreaterThanOrEqual(N - 10);
     // The store's heartbeats of LEASE_ONLY are fresh: the Lease is what counts.
     const records = await store!.listNodes();
     for (const n of LEASE_ONLY) expect(Date.now() - records.find((r) => r.name === n)!.heartbeatAt).toBeLessThanOrEqual(NODE_LOST_MS);
@@ -268,4 +277,40 @@ describe.skipIf(skip !== undefined)(`placement over 100 kwok-simulated Kubernete
     for (const n of labelled) expect([...got.keys()]).toContain(n);
     expect([...got.keys()].every((n) => eligible.includes(n))).toBe(true);
   }, 300_000);
+
+  it("with a service account that may list the Leases and Nodes but not watch them, lists them every few seconds and judges the same", async () => {
+    // The replicas' role before watches: list only (an older deploy/kubernetes/rbac.yaml).
+    const rbac = join(work, "list-only.yaml");
+    writeFileSync(rbac, [
+      "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: list-only, namespace: locale2b}",
+      "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: list-only}\nrules: [{apiGroups: [''], resources: [nodes], verbs: [list]}]",
+      "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: list-only}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: list-only}\nsubjects: [{kind: ServiceAccount, name: list-only, namespace: locale2b}]",
+      "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: list-only, namespace: locale2b}\nrules: [{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [list]}]",
+      "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: list-only, namespace: locale2b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: list-only}\nsubjects: [{kind: ServiceAccount, name: list-only, namespace: locale2b}]",
+    ].join("\n---\n"));
+    await kubectl(cluster!, ["apply", "-f", rbac]);
+    const mark = logged.length;
+    const lister = new KubernetesNodes({ cluster: await credentials("list-only"), log: pino({ level: "info" }, { write: (line: string) => void logged.push(JSON.parse(line) as { level: number; msg: string }) }), everyMs: 1_000 });
+    await lister.start();
+    try {
+      await waitForValue("the list-only view to list the Nodes and Leases again", () => {
+        const s = lister.watchStats();
+        return s.nodes.lists >= 3 && s.leases.lists >= 3 ? true : undefined;
+      }, { timeoutMs: 60_000, everyMs: 250 });
+      const said = logged.slice(mark).map((l) => l.msg);
+      expect(said.filter((m) => /may not watch the cluster's Nodes/.test(m))).toHaveLength(1);
+      expect(said.filter((m) => /may not watch the fleet's Leases/.test(m))).toHaveLength(1);
+      await waitForValue("the list-only view to be current", () => (lister.current() ? true : undefined), { timeoutMs: 30_000, everyMs: 250 });
+      // Judged as the watching replica judges: the same nodes live, the same out of placement.
+      const records = await store!.listNodes();
+      const judge = (v: typeof records) => {
+        const now = Date.now();
+        return v.map((n) => `${n.name} ${n.state} ${now - n.heartbeatAt <= NODE_LOST_MS ? "live" : "lost"}`);
+      };
+      expect(judge(lister.view(records))).toEqual(judge(nodes!.view(records)));
+      expect(judge(lister.view(records)).filter((l) => l.endsWith(" lost"))).toHaveLength(10);
+    } finally {
+      await lister.stop();
+    }
+  }, 120_000);
 });
