@@ -86,8 +86,10 @@ export interface Activity {
 /**
  * Starts recording. `history`: where events, audit entries and metric
  * samples go when not to activity.db (the fleet's Postgres); closed with the rest.
+ * `prune: false` leaves pruning that history to someone else (a fleet node: its
+ * API replicas prune the shared history with the fleet's retention).
  */
-export async function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDir: string; settings: ActivitySettings; log: Logger; history?: ActivityHistory }): Promise<Activity> {
+export async function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; dataDir: string; settings: ActivitySettings; log: Logger; history?: ActivityHistory; prune?: boolean }): Promise<Activity> {
   const { manager, rpc, settings } = o;
   const log = o.log.child({ component: "activity" });
   const db = new ActivityDb(join(o.dataDir, ACTIVITY_DB_FILE), log);
@@ -135,7 +137,8 @@ export async function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; 
     log,
   });
   const offAudit = auditActivity({ audit, claims, bus, lifecycle: manager.events, sessionActor: (s, id) => sessions.keyOf(s, id) });
-  const history = new MetricsHistory({ manager, rpc, history: store, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, log });
+  const pruning = o.prune ?? true;
+  const history = new MetricsHistory({ manager, rpc, history: store, intervalMs: settings.metricsIntervalMs, retentionMs: settings.metricsRetentionMs, prune: pruning, log });
   const network = new NetworkWatch({ bus, manager, log });
   if (settings.watchSandboxes) {
     watchers.start();
@@ -145,9 +148,12 @@ export async function startActivity(o: { manager: SandboxManager; rpc: EnvdRpc; 
   history.start();
   const prune = () =>
     Promise.all([eventLog.prune(), audit.prune(), history.prune()]).catch((err: unknown) => log.error({ err }, "pruning the activity history failed"));
-  void prune();
-  const pruneTimer = setInterval(prune, HOUR);
-  pruneTimer.unref();
+  let pruneTimer: NodeJS.Timeout | undefined;
+  if (pruning) {
+    void prune();
+    pruneTimer = setInterval(prune, HOUR);
+    pruneTimer.unref();
+  }
   return {
     db,
     activityHistory: store,

@@ -291,7 +291,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
   await templates.service.start();
   // On Postgres, activity history is the fleet's (any replica reads every node's, a lost node's stays).
   const history = opts.databaseUrl ? PgActivityHistory.open(opts.databaseUrl, log.child({ component: "activity" })) : undefined;
-  activity = await startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log, ...(history ? { history } : {}) });
+  // A fleet node leaves the shared history's pruning to the API replicas (one retention for the fleet).
+  activity = await startActivity({ manager, rpc: envdRpc, dataDir: opts.dataDir, settings: { ...DEFAULT_ACTIVITY, ...opts.activity }, log, ...(history ? { history } : {}), prune: !opts.fleet });
   const metrics = new ControlPlaneMetrics(manager.events);
   const domain = opts.domain ?? "localhost";
   // publicDomain needs the port we listen on: set once it is known, before any request.

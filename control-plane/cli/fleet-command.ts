@@ -2,15 +2,17 @@
 // (the fleet's nodes as its Postgres knows them: list, cordon, uncordon,
 // remove). `locale2b node` is serve-command.ts with the node role.
 import { createLogger } from "../../envd/log.js";
+import { DEFAULT_ACTIVITY } from "../activity.js";
 import { DEFAULT_PORT } from "../config.js";
 import { NODE_LOST_MS, type NodeRecord } from "../domain/node.js";
 import { startFleetApi } from "../fleet/api-server.js";
 import { inCluster } from "../fleet/kubernetes-client.js";
+import { HistoryPruner, type HistoryRetention } from "../fleet/history-pruner.js";
 import { KubernetesNodes } from "../fleet/kubernetes-nodes.js";
 import { PgActivityHistory } from "../store/pg-activity-history.js";
 import { PgStore } from "../store/pg-store.js";
 import { keySource } from "../secrets/secret-key.js";
-import { setting } from "../settings.js";
+import { setting, type SettingName } from "../settings.js";
 import { CliError, intOption, parse, table, UsageError } from "./args.js";
 import { API_KEY_RE, nodeTokenSetting } from "./serve-command.js";
 
@@ -30,7 +32,15 @@ Options:
       --database-url URL   the fleet's Postgres (default: $LOCALE2B_DATABASE_URL)
       --domain NAME        route <port>-<sandboxId>.NAME hosts to sandboxes; the
                            nodes' --domain must be the same (default localhost)
+      --event-retention-hours N    the fleet's events are kept N hours (24)
+      --audit-retention-days N     its audit entries, N days (30)
+      --metrics-retention-hours N  its metric samples, N hours (24)
   -h, --help               show this help
+
+The replicas prune the fleet's shared history (every hour, one at a time)
+with their retention (or LOCALE2B_EVENT_RETENTION_HOURS,
+LOCALE2B_AUDIT_RETENTION_DAYS, LOCALE2B_METRICS_RETENTION_HOURS); nodes
+write it and do not prune it. Give every replica the same.
 
 The first replica to start on an empty store creates an API key and prints
 it once (or give one in LOCALE2B_API_KEY); 'locale2b keys --database-url'
@@ -64,6 +74,20 @@ function databaseUrlOf(value: string | undefined, command: string): string {
   return url;
 }
 
+/** The fleet's retention: flags, then their LOCALE2B_* variables, then serve's defaults. */
+function retentionOptions(values: Record<string, string | boolean | undefined>): HistoryRetention {
+  const HOUR = 3_600_000;
+  const opt = (flag: string, variable: SettingName, max: number) => intOption((values[flag] as string | undefined) ?? setting(variable), `--${flag}`, "api", { min: 1, max });
+  const eventHours = opt("event-retention-hours", "LOCALE2B_EVENT_RETENTION_HOURS", 24 * 365);
+  const auditDays = opt("audit-retention-days", "LOCALE2B_AUDIT_RETENTION_DAYS", 3650);
+  const metricsHours = opt("metrics-retention-hours", "LOCALE2B_METRICS_RETENTION_HOURS", 24 * 365);
+  return {
+    eventRetentionMs: eventHours !== undefined ? eventHours * HOUR : DEFAULT_ACTIVITY.eventRetentionMs,
+    auditRetentionMs: auditDays !== undefined ? auditDays * 24 * HOUR : DEFAULT_ACTIVITY.auditRetentionMs,
+    metricsRetentionMs: metricsHours !== undefined ? metricsHours * HOUR : DEFAULT_ACTIVITY.metricsRetentionMs,
+  };
+}
+
 export async function runApiCommand(args: string[]): Promise<number> {
   const { values } = parse("api", {
     args,
@@ -72,6 +96,9 @@ export async function runApiCommand(args: string[]): Promise<number> {
       host: { type: "string" },
       "database-url": { type: "string" },
       domain: { type: "string" },
+      "event-retention-hours": { type: "string" },
+      "audit-retention-days": { type: "string" },
+      "metrics-retention-hours": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -79,6 +106,7 @@ export async function runApiCommand(args: string[]): Promise<number> {
     process.stdout.write(API_HELP);
     return 0;
   }
+  const retention = retentionOptions(values);
   const databaseUrl = databaseUrlOf(values["database-url"], "api");
   const token = nodeTokenSetting("api");
   const port = intOption(values.port ?? process.env.PORT, "--port", "api", { max: 65535 }) ?? DEFAULT_PORT;
@@ -108,13 +136,16 @@ export async function runApiCommand(args: string[]): Promise<number> {
   const cluster = inCluster();
   const kubernetes = cluster ? new KubernetesNodes({ cluster, log }) : undefined;
   await kubernetes?.start();
-  // Events, audit entries and metrics history: every node's, read from Postgres.
+  // Events, audit entries and metrics history: every node's, read from Postgres, and pruned here.
   const history = PgActivityHistory.open(databaseUrl, log.child({ component: "activity" }));
+  const pruner = new HistoryPruner({ history, retention, log: log.child({ component: "activity" }) });
+  await pruner.start();
   let api;
   try {
     const secretsKey = keySource(undefined, { key: setting("LOCALE2B_SECRETS_KEY"), file: setting("LOCALE2B_SECRETS_KEY_FILE") });
     api = await startFleetApi({ host, port, store, history, nodeToken: token, secretsKey, ...(values.domain ? { domain: values.domain } : {}), ...(kubernetes ? { kubernetes } : {}), log });
   } catch (err) {
+    await pruner.stop();
     await kubernetes?.stop();
     await history.close();
     await store.close();
@@ -138,6 +169,7 @@ export async function runApiCommand(args: string[]): Promise<number> {
     if (stopping) resolve();
   });
   await api.close();
+  await pruner.stop();
   await kubernetes?.stop();
   await history.close();
   await store.close();

@@ -66,6 +66,8 @@ export class MetricsHistory {
       history: ActivityHistory;
       intervalMs: number;
       retentionMs: number;
+      /** Prune samples older than retentionMs (default); false: someone else prunes the shared history. */
+      prune?: boolean;
       log: Logger;
     },
   ) {}
@@ -80,8 +82,10 @@ export class MetricsHistory {
       this.running ??= this.sampleAll().finally(() => (this.running = undefined));
     }, this.o.intervalMs);
     this.timer.unref();
-    this.pruneTimer = setInterval(() => this.prune().catch((err: unknown) => this.o.log.warn({ err }, "pruning the metrics history failed")), Math.min(3_600_000, Math.max(60_000, this.o.retentionMs / 10)));
-    this.pruneTimer.unref();
+    if (this.o.prune ?? true) {
+      this.pruneTimer = setInterval(() => this.prune().catch((err: unknown) => this.o.log.warn({ err }, "pruning the metrics history failed")), Math.min(3_600_000, Math.max(60_000, this.o.retentionMs / 10)));
+      this.pruneTimer.unref();
+    }
     this.unsubscribe = this.o.manager.events.subscribe({}, (e) => {
       if (e.type === "killed") this.latest.delete(e.sandbox.id);
     });

@@ -18,6 +18,8 @@ const FLUSH_ROWS = 2000;
  * skips a row that commits later with a lower id.
  */
 const ACTIVITY_LOCK = 0x6c326261; // "l2ba"
+/** Held by the one API replica pruning the shared history at a time (pruneAll). */
+const PRUNE_LOCK = 0x6c327072; // "l2pr"
 
 interface Pending<T> {
   item: T;
@@ -238,6 +240,34 @@ export class PgActivityHistory implements ActivityHistory {
 
   async prune(kind: HistoryKind, beforeMs: number): Promise<number> {
     return (await this.pool.query(`DELETE FROM ${TABLES[kind]} WHERE time < $1`, [beforeMs])).rowCount ?? 0;
+  }
+
+  /**
+   * Prunes every kind older than its cutoff in one transaction, unless another
+   * process is pruning now (a fleet's replicas prune one at a time): the rows
+   * removed per kind, or undefined when skipped.
+   */
+  async pruneAll(before: Record<HistoryKind, number>): Promise<Record<HistoryKind, number> | undefined> {
+    const client = await this.pool.connect();
+    try {
+      await client.query("BEGIN");
+      const { rows } = await client.query<{ locked: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS locked", [PRUNE_LOCK]);
+      if (!rows[0]?.locked) {
+        await client.query("ROLLBACK");
+        return undefined;
+      }
+      const removed = { events: 0, audit: 0, samples: 0 };
+      for (const kind of Object.keys(removed) as HistoryKind[]) {
+        removed[kind] = (await client.query(`DELETE FROM ${TABLES[kind]} WHERE time < $1`, [before[kind]])).rowCount ?? 0;
+      }
+      await client.query("COMMIT");
+      return removed;
+    } catch (err) {
+      await client.query("ROLLBACK").catch(() => undefined);
+      throw err;
+    } finally {
+      client.release();
+    }
   }
 
   async close(): Promise<void> {

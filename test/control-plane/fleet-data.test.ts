@@ -232,4 +232,47 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
     const gone = await fetch(`${f.api1.url}/sandboxes`, { method: "POST", headers: { "x-api-key": f.key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "fleet-tpl" }) });
     expect(gone.status).toBe(404);
   }, 600_000);
+
+  it("the replicas prune the shared history with their retention, one at a time (an advisory lock); nodes leave it alone", async () => {
+    const client = new pgLib.Client({ connectionString: f.db });
+    await client.connect();
+    const sid = `retention-${randomBytes(4).toString("hex")}`;
+    const HOUR = 3_600_000;
+    const now = Date.now();
+    try {
+      // Older than an hour (pruned with 1 h / 1 day) and younger (kept); all younger than the defaults (24 h, 30 days).
+      await client.query("INSERT INTO events (time, type, sandbox_id, body) VALUES ($1, 'sandbox.created', $3, '{}'), ($2, 'sandbox.created', $3, '{}')", [now - 3 * HOUR, now - HOUR / 6, sid]);
+      await client.query("INSERT INTO audit (time, actor, api, action, sandbox_id, result, body) VALUES ($1, 'test', 'e2b', 'x', $3, 'ok', '{}'), ($2, 'test', 'e2b', 'x', $3, 'ok', '{}')", [now - 2 * 24 * HOUR, now - HOUR, sid]);
+      await client.query("INSERT INTO metric_samples (sandbox_id, time, body) VALUES ($1, $2, '{}'), ($1, $3, '{}')", [sid, now - 3 * HOUR, now - HOUR / 6]);
+      const left = async () => {
+        const q = async (table: string) => (await client.query<{ time: string }>(`SELECT time FROM ${table} WHERE sandbox_id = $1 ORDER BY time`, [sid])).rows.map((r) => Number(r.time));
+        return { events: await q("events"), audit: await q("audit"), samples: await q("metric_samples") };
+      };
+      const all = await left();
+      expect([all.events.length, all.audit.length, all.samples.length]).toEqual([2, 2, 2]);
+      const short = ["--event-retention-hours", "1", "--audit-retention-days", "1", "--metrics-retention-hours", "1"];
+
+      // A node given the short retention does not prune the shared history (it would at its start).
+      const n3 = await f.startNode("n3", short);
+      await n3.stop();
+      await runCli(["nodes", "remove", "n3"], { LOCALE2B_DATABASE_URL: f.db });
+      expect(await left()).toEqual(all);
+
+      // A replica prunes before it listens: while another holds the lock it skips, and the rows stay.
+      await client.query("SELECT pg_advisory_lock($1)", [0x6c327072]);
+      const skipped = await f.startApi(short);
+      await skipped.stop();
+      expect(await left()).toEqual(all);
+      await client.query("SELECT pg_advisory_unlock($1)", [0x6c327072]);
+
+      const pruning = await f.startApi(short);
+      await pruning.stop();
+      expect(await left()).toEqual({ events: [now - HOUR / 6], audit: [now - HOUR], samples: [now - HOUR / 6] });
+    } finally {
+      await client.query("DELETE FROM events WHERE sandbox_id = $1", [sid]);
+      await client.query("DELETE FROM audit WHERE sandbox_id = $1", [sid]);
+      await client.query("DELETE FROM metric_samples WHERE sandbox_id = $1", [sid]);
+      await client.end();
+    }
+  }, 120_000);
 });

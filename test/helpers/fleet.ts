@@ -34,9 +34,11 @@ export interface TestFleet {
   /** n2's image cache (n1 shares the machine's). */
   n2Images: string;
   /** Another replica (stopped with the fleet). */
-  startApi(): Promise<Served>;
+  /** Another replica (`args` added to `locale2b api`'s). */
+  startApi(args?: string[]): Promise<Served>;
   /** Starts node `name` (again, on the same data dir, after it was stopped). */
-  startNode(name: string): Promise<Served>;
+  /** A node (again, or a new one: `args` added to `locale2b node`'s). */
+  startNode(name: string, args?: string[]): Promise<Served>;
   /** E2B SDK options through a replica. */
   opts(api: Served): { apiKey: string; apiUrl: string; sandboxUrl: string };
   nodeOf(sandboxId: string): Promise<string | undefined>;
@@ -54,8 +56,8 @@ export async function startTestFleet(): Promise<TestFleet> {
   const pg = await startPostgres();
   const db = await pg.database();
   const env = () => ({ LOCALE2B_DATABASE_URL: db, LOCALE2B_NODE_TOKEN: token, LOCALE2B_NO_IMAGE_BUILD: "1", LOCALE2B_SECRETS_KEY: secretsKey });
-  const startApi = async () => {
-    const s = await startCli(["api", "--port", "0", "--host", "127.0.0.1"], env(), /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/);
+  const startApi = async (args: string[] = []) => {
+    const s = await startCli(["api", "--port", "0", "--host", "127.0.0.1", ...args], env(), /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/);
     procs.push(s);
     return s;
   };
@@ -65,10 +67,10 @@ export async function startTestFleet(): Promise<TestFleet> {
   expect(api2.banner).not.toMatch(/E2B_API_KEY=e2b_/); // one key, made by the first replica
   const n2Images = ownImagesDir(process.env.LOCALE2B_IMAGES_DIR!);
   dirs.push(n2Images);
-  const startNode = async (name: string) => {
+  const startNode = async (name: string, args: string[] = []) => {
     if (!nodeDirs[name]) dirs.push((nodeDirs[name] = mkdtempSync(join(tmpdir(), `locale2b-fleet-${name}-`))));
     const s = await startCli(
-      ["node", "--port", "0", "--host", "127.0.0.1", "--data-dir", nodeDirs[name]!, "--node-name", name, "--warm-pool", "0", "--domain", `localhost:${new URL(api1.url).port}`],
+      ["node", "--port", "0", "--host", "127.0.0.1", "--data-dir", nodeDirs[name]!, "--node-name", name, "--warm-pool", "0", "--domain", `localhost:${new URL(api1.url).port}`, ...args],
       { ...env(), ...(name === "n2" ? { LOCALE2B_IMAGES_DIR: n2Images } : {}) },
       /reach it at (http:\/\/\S+);/,
     );
