@@ -7,11 +7,12 @@
 #   iptables, conntrack          kube-proxy (iptables mode, inside each node's network namespace)
 #   iproute2, util-linux         network namespaces, veths, nsenter
 #   busybox-static               the test image's HTTP server (test/k8s)
+#   buildah                      builds deploy/Dockerfile's image for the fleet test (scripts/k8s/build-image.sh)
 # Go (>= 1.26, for scripts/k8s/build-binaries.sh) is not installed here: it comes from go.dev or the CI image.
 # As root it installs what is missing with apt-get; as another user it prints the command. When everything is
 # present it only checks (one dpkg-query). Exits non-zero when something is still missing.
 set -uo pipefail
-PACKAGES=(etcd-server containerd runc containernetworking-plugins openssl iptables conntrack iproute2 util-linux busybox-static)
+PACKAGES=(etcd-server containerd runc containernetworking-plugins openssl iptables conntrack iproute2 util-linux busybox-static buildah)
 say() { printf 'k8s setup-host: %s\n' "$*" >&2; }
 
 missing() {

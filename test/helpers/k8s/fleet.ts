@@ -1,7 +1,7 @@
 // The fleet deployed on a test cluster (test/helpers/k8s/cluster.ts) from deploy/kubernetes, through a test
 // overlay applied with kubectl (`apply -k`): a Postgres on the host listening on the cluster's bridge
-// address with a password (pods reach it over TCP), the locale2b image packed here and imported into every
-// node, the Secret, a NodePort on the API's Service (the host reaches NodePorts and pod IPs, not
+// address with a password (pods reach it over TCP), the locale2b image built from deploy/Dockerfile
+// (scripts/k8s/build-image.sh: buildah, no registry) and imported into every node, the Secret, a NodePort on the API's Service (the host reaches NodePorts and pod IPs, not
 // ClusterIPs), per-node data dirs and image caches under the cluster's state dir, and the node agents'
 // cgroups under their node's kubelet cgroupRoot (so that a lost node loses its sandboxes, as a power loss
 // would). Used by test/k8s/fleet.test.ts and `scripts/k8s/cluster.sh fleet` (E2B's own suites, by hand).
@@ -17,7 +17,7 @@ import { startPostgres, type TestPostgres } from "../postgres.js";
 import { REPO } from "./binaries.js";
 import { importImage, kubectl, type Cluster } from "./cluster.js";
 import { waitForValue } from "../wait.js";
-import { locale2bImage } from "./locale2b-image.js";
+import { run } from "./host.js";
 
 export const FLEET_NS = "locale2b";
 export const FLEET_IMAGE = "locale2b.local/locale2b:test";
@@ -43,6 +43,11 @@ export interface K8sFleet {
 /** Why a fleet cannot be deployed here (beyond the cluster's own needs), or undefined. */
 export function fleetMissing(): string | undefined {
   if (!existsSync(CLI)) return `${CLI} is missing: run 'npm run build'`;
+  try {
+    execFileSync("buildah", ["--version"], { stdio: "ignore" });
+  } catch {
+    return "buildah is missing (it builds deploy/Dockerfile's image): run scripts/k8s/setup-host.sh as root";
+  }
   if (!existsSync(join(process.env.LOCALE2B_IMAGES_DIR ?? "", "templates", "base.current")))
     return `no built base template in LOCALE2B_IMAGES_DIR (${process.env.LOCALE2B_IMAGES_DIR}): run the suite once (or 'locale2b serve' as root) to build it`;
   return undefined;
@@ -81,8 +86,6 @@ function freePort(host: string): Promise<number> {
 /** The test overlay of deploy/kubernetes (see the file's head). */
 function overlay(c: Cluster, podDb: string, nodeToken: string, domain: string): string {
   const l = c.layout;
-  const hostVolume = `{ name: host, hostPath: { path: /, type: Directory } }`;
-  const hostMount = `{ name: host, mountPath: /host, readOnly: true }`;
   return `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [base]
@@ -110,14 +113,10 @@ patches:
   - target: { kind: Deployment, name: locale2b-api }
     patch: |
       - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
-      - { op: add, path: /spec/template/spec/volumes, value: [${hostVolume}] }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts, value: [${hostMount}] }
       - { op: replace, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2 }
   - target: { kind: DaemonSet, name: locale2b-node }
     patch: |
       - { op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never }
-      - { op: add, path: /spec/template/spec/volumes/-, value: ${hostVolume} }
-      - { op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: ${hostMount} }
       - { op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: ${join(l.hostDir, "data")} }
       - { op: add, path: /spec/template/spec/containers/0/volumeMounts/0/subPathExpr, value: "$(NODE_NAME)" }
       - { op: replace, path: /spec/template/spec/volumes/1/hostPath/path, value: ${join(l.hostDir, "images")} }
@@ -150,7 +149,10 @@ export async function deployFleet(c: Cluster): Promise<K8sFleet> {
 
     for (const n of l.nodes) ownImagesDir(join(l.hostDir, "images", n.name));
     t = Date.now();
-    await importImage(c, await locale2bImage({ ref: FLEET_IMAGE, out: join(work, "locale2b.tar") }));
+    // deploy/Dockerfile, as a user builds it (its layers cached outside the clone).
+    const tar = join(work, "locale2b.tar");
+    await run("bash", [join(REPO, "scripts", "k8s", "build-image.sh"), "--ref", FLEET_IMAGE, "--out", tar], { timeoutMs: 1_200_000 });
+    await importImage(c, tar);
     timings.image = Date.now() - t;
 
     // kustomize refuses an absolute path to a base: a copy of it beside the overlay.
