@@ -54,7 +54,7 @@ few seconds; one silent for ${NODE_LOST_MS / 1000} s is lost).
 
 Commands:
   list              name, state, where API replicas reach it, sandboxes, memory,
-                    last heartbeat
+                    vCPUs (given/budget), last heartbeat
   cordon NAME       take no more creates on NAME (its sandboxes keep running;
                     kill or let them time out to drain it)
   uncordon NAME     take creates on NAME again
@@ -215,7 +215,7 @@ export async function runNodesCommand(args: string[]): Promise<number> {
       const now = Date.now();
       process.stdout.write(
         table(
-          ["NAME", "STATUS", "URL", "RUNTIME", "SANDBOXES", "MEMORY MiB", "HEARTBEAT"],
+          ["NAME", "STATUS", "URL", "RUNTIME", "SANDBOXES", "MEMORY MiB", "VCPUS", "HEARTBEAT"],
           nodes.map((n) => [
             n.name,
             nodeStatus(n, now),
@@ -223,6 +223,7 @@ export async function runNodesCommand(args: string[]): Promise<number> {
             n.runtime,
             `${n.capacity.sandboxes}/${n.capacity.maxSandboxes}`,
             `${n.capacity.memoryMB}/${n.capacity.memoryBudgetMB}`,
+            n.capacity.cpuBudget === undefined ? "-" : `${n.capacity.cpus ?? 0}/${n.capacity.cpuBudget}`,
             age(now - n.heartbeatAt),
           ]),
         ),

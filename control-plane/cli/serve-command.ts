@@ -39,6 +39,8 @@ Options:
                              (default ${DEFAULT_LIMITS.maxSandboxes}; more are refused with 429)
       --memory-budget-mb N   memory all sandboxes may be given together, in MiB
                              (default ${DEFAULT_LIMITS.memoryBudgetMB})
+      --cpu-budget N         vCPUs all sandboxes may be given together (their
+                             cpuCount; default ${DEFAULT_LIMITS.cpuBudget}: 64 per core, at least 256)
       --max-concurrent-creates N
                              sandbox starts run at once; more creates wait their turn
                              (default: $LOCALE2B_MAX_CONCURRENT_CREATES, else one per
@@ -115,6 +117,7 @@ export interface ServeOptions {
   dataDir: string;
   maxSandboxes?: number;
   memoryBudgetMB?: number;
+  cpuBudget?: number;
   domain?: string;
   apiKey?: string;
   runtime: string;
@@ -157,6 +160,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
       ...(role === "node" ? { "advertise-url": { type: "string" as const } } : {}),
       "max-sandboxes": { type: "string" },
       "memory-budget-mb": { type: "string" },
+      "cpu-budget": { type: "string" },
       domain: { type: "string" },
       runtime: { type: "string" },
       "warm-pool": { type: "string" },
@@ -214,6 +218,7 @@ export function parseServeArgs(args: string[], env: NodeJS.ProcessEnv = process.
     dataDir: resolveDataDir(values["data-dir"], env),
     maxSandboxes: intOption(values["max-sandboxes"], "--max-sandboxes", "serve", { min: 1 }),
     memoryBudgetMB: intOption(values["memory-budget-mb"], "--memory-budget-mb", "serve", { min: 1 }),
+    cpuBudget: intOption(values["cpu-budget"], "--cpu-budget", "serve", { min: 1 }),
     domain: values.domain || undefined,
     apiKey,
     runtime,
@@ -338,6 +343,7 @@ export async function runServeCommand(args: string[], role: ServeRole = "serve")
   const limits = {
     ...(opts.maxSandboxes !== undefined ? { maxSandboxes: opts.maxSandboxes } : {}),
     ...(opts.memoryBudgetMB !== undefined ? { memoryBudgetMB: opts.memoryBudgetMB } : {}),
+    ...(opts.cpuBudget !== undefined ? { cpuBudget: opts.cpuBudget } : {}),
   };
   // Signal handlers first: a SIGTERM that comes as soon as the banner is out
   // (or during start-up) must shut down gracefully, not kill the process.

@@ -22,10 +22,20 @@ export interface NodeRecord {
 export interface NodeCapacity {
   maxSandboxes: number;
   memoryBudgetMB: number;
+  /** vCPUs its sandboxes may be given together (--cpu-budget). Absent from an older node's record: not limited. */
+  cpuBudget?: number;
   /** Sandboxes it has now (running or paused, or on their way). */
   sandboxes: number;
   /** Memory those sandboxes were given, MiB. */
   memoryMB: number;
+  /** vCPUs those sandboxes were given (their cpuCount). */
+  cpus?: number;
+}
+
+/** What a create needs of a node's room. */
+export interface SandboxShape {
+  memoryMB: number;
+  cpuCount: number;
 }
 
 /** How often a node writes its heartbeat. */
@@ -33,12 +43,14 @@ export const NODE_HEARTBEAT_MS = 5_000;
 /** A node whose heartbeat is older than this is lost: its sandboxes answer "lost with node X", creates go elsewhere. */
 export const NODE_LOST_MS = 20_000;
 
-/** Whether the node may take a create now (ready, alive, room for `memoryMB` more). */
-export function nodeTakes(n: NodeRecord, memoryMB: number, now = Date.now()): boolean {
+/** Whether the node may take a create now (ready, alive, room for `shape`: a sandbox, its memory and its vCPUs). */
+export function nodeTakes(n: NodeRecord, shape: SandboxShape, now = Date.now()): boolean {
+  const c = n.capacity;
   return (
     n.state === "ready" &&
     now - n.heartbeatAt <= NODE_LOST_MS &&
-    n.capacity.sandboxes < n.capacity.maxSandboxes &&
-    n.capacity.memoryMB + memoryMB <= n.capacity.memoryBudgetMB
+    c.sandboxes < c.maxSandboxes &&
+    c.memoryMB + shape.memoryMB <= c.memoryBudgetMB &&
+    (c.cpuBudget === undefined || (c.cpus ?? 0) + shape.cpuCount <= c.cpuBudget)
   );
 }

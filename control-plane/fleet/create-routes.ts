@@ -18,7 +18,8 @@ const IN_FLIGHT_MS = 2_000;
 /** Bodies of creates are read here (to place them): E2B's are small JSON. */
 const CREATE_BODY_MAX = 1 << 20;
 /** Default memory of a create whose template says none (the nodes' default). */
-const DEFAULT_MEMORY_MB = 512;
+/** A built-in template's sandbox (serve's defaults). */
+const DEFAULT_SHAPE = { memoryMB: 512, cpuCount: 2 };
 
 /** What creating uses of the replica (api-server.ts). */
 export interface CreateDeps {
@@ -65,28 +66,28 @@ export class FleetCreates {
   async ask(raw: string): Promise<PlacementAsk> {
     const { store } = this.d;
     const ref = parseTemplateRef(raw);
-    if ("problem" in ref) return { memoryMB: DEFAULT_MEMORY_MB };
+    if ("problem" in ref) return { ...DEFAULT_SHAPE };
     const t = (await store.templateByName(ref.base)) ?? (await store.getTemplate(ref.base));
     if (t) {
       const tag = await store.getTemplateTag(t.id, ref.tag ?? DEFAULT_TAG);
       const build = tag ? await store.getTemplateBuild(tag.buildId) : undefined;
-      return { memoryMB: t.memoryMB, ...(build?.result ? { image: build.result.image } : {}) };
+      return { memoryMB: t.memoryMB, cpuCount: t.cpuCount, ...(build?.result ? { image: build.result.image } : {}) };
     }
     const snap = (await store.listSnapshots()).find((s) => s.id === ref.base || s.name === ref.base);
-    if (snap) return { memoryMB: snap.memoryMB, ...(snap.node !== undefined ? { node: snap.node } : {}) };
-    return { memoryMB: DEFAULT_MEMORY_MB }; // a built-in template: every node builds it
+    if (snap) return { memoryMB: snap.memoryMB, cpuCount: snap.cpuCount, ...(snap.node !== undefined ? { node: snap.node } : {}) };
+    return { ...DEFAULT_SHAPE }; // a built-in template: every node builds it
   }
 
   /** The nodes that may take `ask`, best first, the first counted as taking it (the Connect API's creates). */
   async place(ask: PlacementAsk): Promise<ReturnType<typeof place>> {
     const placement = place(this.pending.apply(await this.nodesForPlacement(), Date.now() - IN_FLIGHT_MS), ask);
-    if (placement.ok) this.pending.note(placement.nodes[0]!.name, ask.memoryMB);
+    if (placement.ok) this.pending.note(placement.nodes[0]!.name, ask);
     return placement;
   }
 
   /** The least loaded ready node, for what is not a sandbox (a new volume's disk). */
   async leastLoaded(): Promise<NodeRecord | { problem: string }> {
-    const placement = place(await this.nodesForPlacement(), { memoryMB: 0 });
+    const placement = place(await this.nodesForPlacement(), { memoryMB: 0, cpuCount: 0 });
     return placement.ok ? placement.nodes[0]! : { problem: placement.message };
   }
 
@@ -121,7 +122,7 @@ export class FleetCreates {
     // The best node first; one that is full after all (its last heartbeat was behind) passes it on to the next.
     let last: NodeAnswer | undefined;
     for (const n of placement.nodes.slice(0, 3)) {
-      this.pending.note(n.name, ask.memoryMB); // counted while it starts: concurrent creates go elsewhere
+      this.pending.note(n.name, ask); // counted while it starts: concurrent creates go elsewhere
       try {
         last = await this.d.call(n, req, req.url ?? "/sandboxes", body);
       } catch (err) {
@@ -152,8 +153,8 @@ export class FleetCreates {
     const [all, loads] = await Promise.all([this.d.readNodes(true), this.d.store.nodeLoads()]);
     const byNode = new Map(loads.map((l) => [l.node, l]));
     return all.map((n) => {
-      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0 };
-      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB } };
+      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0, cpus: 0 };
+      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB, cpus: l.cpus } };
     });
   }
 

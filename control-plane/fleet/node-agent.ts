@@ -98,8 +98,10 @@ export class NodeHeartbeat {
       capacity: {
         maxSandboxes: this.o.limits.maxSandboxes,
         memoryBudgetMB: this.o.limits.memoryBudgetMB,
+        cpuBudget: this.o.limits.cpuBudget,
         sandboxes: live.length,
         memoryMB: live.reduce((sum, r) => sum + r.memoryMB, 0),
+        cpus: live.reduce((sum, r) => sum + r.cpuCount, 0),
       },
       images: localImages(this.o.imagesDir),
     };

@@ -91,6 +91,8 @@ export function workspaceRoutes(f: FleetRouting): (req: IncomingMessage, res: Se
       }
       const ask = await createAsk(typeof parsed.template === "string" && parsed.template !== "default" ? parsed.template : "base");
       if (typeof parsed.memory_mb === "number") ask.memoryMB = parsed.memory_mb;
+      // The workspace API's own default is 1 vCPU (api/workspace/sandboxes.ts).
+      ask.cpuCount = typeof parsed.vcpu_count === "number" ? parsed.vcpu_count : 1;
       return placeCreate(req, res, body, ask, idOf);
     }
     if (sub === "/sandboxes" && req.method === "GET") {

@@ -77,7 +77,7 @@ export class SandboxCreates {
     try {
       // A warm sandbox has no mounts: a create with volumes starts its own.
       input = { ...input, volumeMounts: lease.bindings.map((b) => ({ name: b.name, path: b.path })) };
-      checkCapacity(this.d.table.list(), this.d.o.limits, memoryMB);
+      checkCapacity(this.d.table.list(), this.d.o.limits, shape);
       return await this.d.durable(this.d.admission.run(() => this.createNew(input, runtime, shape, timeout, egress, lease.bindings)));
     } finally {
       lease.release();
@@ -118,14 +118,14 @@ export class SandboxCreates {
     // Over the sandbox limit: refused before queueing. Then one of the host's
     // start slots (or a place in the bounded queue, else 429): the readiness
     // deadline below starts only once this start runs.
-    checkCapacity(this.d.table.list(), this.d.o.limits, memoryMB);
+    checkCapacity(this.d.table.list(), this.d.o.limits, shape);
     return this.d.durable(this.d.admission.run(() => this.createNew(input, runtime, shape, timeout, egress)));
   }
 
   private createNew(input: CreateSandboxInput, runtime: Runtime, shape: WarmShape, timeout: number, egress: Awaited<ReturnType<typeof egressFor>>, volumes?: VolumeBinding[]): Promise<SandboxRecord> {
     const id = newSandboxId();
     return this.d.locks.run(id, async () => {
-      checkCapacity(this.d.table.list(), this.d.o.limits, shape.memoryMB);
+      checkCapacity(this.d.table.list(), this.d.o.limits, shape);
       const now = Date.now();
       let rec = this.d.table.put(newRecord(this.d.o.seed, id, input, shape, timeout, runtime.name));
       const log = this.d.o.log.child({ sandboxId: id });
@@ -180,7 +180,7 @@ export class SandboxCreates {
     return this.d.locks.run(warm.id, async () => {
       const now = Date.now();
       try {
-        checkCapacity(this.d.table.list(), this.d.o.limits, shape.memoryMB);
+        checkCapacity(this.d.table.list(), this.d.o.limits, shape);
         const rec = this.d.table.put({ ...newRecord(this.d.o.seed, warm.id, input, shape, timeout, warm.runtime.name), runtimeData: warm.inst.persisted });
         warm.inst.foreground?.();
         await pushInit(this.d.o.envd, rec, this.d.endpointOf(warm.id, warm.inst), warm.inst);

@@ -16,6 +16,8 @@ export interface ManagerLimits {
   maxSandboxes: number;
   /** Sum of memoryMB over existing sandboxes. */
   memoryBudgetMB: number;
+  /** Sum of cpuCount (vCPUs) over existing sandboxes. */
+  cpuBudget: number;
   /** Longest timeout a client may ask for, in seconds. */
   maxTimeoutSeconds: number;
 }

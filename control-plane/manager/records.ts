@@ -53,9 +53,10 @@ export function checkTimeout(seconds: number, maxSeconds: number, zero = false):
   return Math.ceil(seconds);
 }
 
-/** Refuses a new sandbox past the host's sandbox limit or memory budget (`live`: its sandboxes now). */
-export function checkCapacity(live: SandboxRecord[], limits: ManagerLimits, memoryMB: number): void {
-  const { maxSandboxes, memoryBudgetMB } = limits;
+/** Refuses a new sandbox past the host's sandbox limit, memory budget or CPU budget (`live`: its sandboxes now). */
+export function checkCapacity(live: SandboxRecord[], limits: ManagerLimits, shape: { memoryMB: number; cpuCount: number }): void {
+  const { maxSandboxes, memoryBudgetMB, cpuBudget } = limits;
+  const { memoryMB, cpuCount } = shape;
   if (live.length >= maxSandboxes) {
     throw new ControlPlaneError(
       "capacity",
@@ -68,6 +69,14 @@ export function checkCapacity(live: SandboxRecord[], limits: ManagerLimits, memo
     throw new ControlPlaneError(
       "capacity",
       `memory budget exhausted: ${used} MiB of ${memoryBudgetMB} MiB in use and ${memoryMB} MiB requested. Kill some sandboxes, or raise --memory-budget-mb`,
+      5,
+    );
+  }
+  const cpus = live.reduce((sum, r) => sum + r.cpuCount, 0);
+  if (cpus + cpuCount > cpuBudget) {
+    throw new ControlPlaneError(
+      "capacity",
+      `CPU budget exhausted: ${cpus} of ${cpuBudget} vCPUs given to sandboxes and ${cpuCount} requested. Kill some sandboxes, or raise --cpu-budget`,
       5,
     );
   }

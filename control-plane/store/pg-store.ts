@@ -312,11 +312,11 @@ export class PgStore implements Store {
     return row ? nodeOf(row) : undefined;
   }
 
-  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]> {
-    const rows = await this.rows<{ node: string; sandboxes: number; memory: number }>(
-      "SELECT node, count(*)::int AS sandboxes, coalesce(sum((record::json->>'memoryMB')::int), 0)::int AS memory FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
+  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number; cpus: number }[]> {
+    const rows = await this.rows<{ node: string; sandboxes: number; memory: number; cpus: number }>(
+      "SELECT node, count(*)::int AS sandboxes, coalesce(sum((record::json->>'memoryMB')::int), 0)::int AS memory, coalesce(sum((record::json->>'cpuCount')::int), 0)::int AS cpus FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
     );
-    return rows.map((r) => ({ node: r.node, sandboxes: r.sandboxes, memoryMB: r.memory }));
+    return rows.map((r) => ({ node: r.node, sandboxes: r.sandboxes, memoryMB: r.memory, cpus: r.cpus }));
   }
 
   async listNodes(): Promise<NodeRecord[]> {

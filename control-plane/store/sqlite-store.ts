@@ -324,11 +324,11 @@ export class SqliteStore implements Store {
     return row ? nodeOf(row) : undefined;
   }
 
-  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]> {
+  async nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number; cpus: number }[]> {
     const rows = this.db.all(
-      "SELECT node, count(*) AS sandboxes, coalesce(sum(json_extract(record, '$.memoryMB')), 0) AS memory FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
-    ) as { node: string; sandboxes: number; memory: number }[];
-    return rows.map((r) => ({ node: r.node, sandboxes: Number(r.sandboxes), memoryMB: Number(r.memory) }));
+      "SELECT node, count(*) AS sandboxes, coalesce(sum(json_extract(record, '$.memoryMB')), 0) AS memory, coalesce(sum(json_extract(record, '$.cpuCount')), 0) AS cpus FROM sandboxes WHERE node IS NOT NULL AND state <> 'killed' GROUP BY node",
+    ) as { node: string; sandboxes: number; memory: number; cpus: number }[];
+    return rows.map((r) => ({ node: r.node, sandboxes: Number(r.sandboxes), memoryMB: Number(r.memory), cpus: Number(r.cpus) }));
   }
 
   async listNodes(): Promise<NodeRecord[]> {

@@ -76,7 +76,7 @@ export interface Store {
   setNodeState(name: string, state: NodeRecord["state"]): Promise<boolean>;
   deleteNode(name: string): Promise<boolean>;
   /** Per node, its sandboxes that are not killed and the memory they were given (MiB), as the store has them now. */
-  nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number }[]>;
+  nodeLoads(): Promise<{ node: string; sandboxes: number; memoryMB: number; cpus: number }[]>;
 
   /** Inserts a volume; false (nothing written) when its name is taken. */
   addVolume(record: VolumeRecord): Promise<boolean>;

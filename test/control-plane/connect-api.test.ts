@@ -260,6 +260,25 @@ describe("capacity", () => {
       await full.close();
     }
   });
+
+  it("counts vCPUs against --cpu-budget: the create that would pass it is ResourceExhausted, a smaller one still fits", async () => {
+    const cp = await startTestControlPlane({ limits: { cpuBudget: 5 } });
+    try {
+      const api = apiClient(cp.url, "connect-json", { "x-api-key": cp.apiKey });
+      const ids = [(await api.createSandbox({ templateId: "base", cpuCount: 2 })).sandbox!.sandboxId, (await api.createSandbox({ templateId: "base", cpuCount: 2 })).sandbox!.sandboxId];
+      const err = await rejection(api.createSandbox({ templateId: "base", cpuCount: 2 }));
+      expect(err.code).toBe(Code.ResourceExhausted);
+      expect(err.rawMessage).toContain("CPU budget exhausted: 4 of 5 vCPUs given to sandboxes and 2 requested");
+      expect(err.rawMessage).toContain("--cpu-budget");
+      ids.push((await api.createSandbox({ templateId: "base", cpuCount: 1 })).sandbox!.sandboxId);
+      // A killed sandbox gives its vCPUs back.
+      await api.killSandbox({ sandboxId: ids[0]! });
+      ids.push((await api.createSandbox({ templateId: "base", cpuCount: 2 })).sandbox!.sandboxId);
+      for (const id of ids.slice(1)) await api.killSandbox({ sandboxId: id });
+    } finally {
+      await cp.close();
+    }
+  });
 });
 
 describe("reflection with buf curl", () => {

@@ -137,10 +137,12 @@ describe("the dashboard's own routes", () => {
     const { cookie } = await session();
     const a = await send(cp.url, "GET", "/dashboard/api/workspace/capacity", { cookie });
     expect(a.status).toBe(200);
-    const c = JSON.parse(a.body) as { sandboxes: { total: number; max: number }; memory_mb: { used: number; budget: number }; warm_pools: unknown[]; host: { memory_total_bytes: number } };
+    const c = JSON.parse(a.body) as { sandboxes: { total: number; max: number }; memory_mb: { used: number; budget: number }; vcpus: { used: number; budget: number }; warm_pools: unknown[]; host: { memory_total_bytes: number } };
     expect(c.sandboxes.total).toBe(0);
     expect(c.sandboxes.max).toBeGreaterThan(0);
     expect(c.memory_mb).toEqual({ used: 0, budget: expect.any(Number) });
+    expect(c.vcpus).toEqual({ used: 0, budget: expect.any(Number) });
+    expect(c.vcpus.budget).toBeGreaterThanOrEqual(256);
     expect(c.warm_pools).toEqual([]);
     expect(c.host.memory_total_bytes).toBeGreaterThan(0);
     expect((await send(cp.url, "GET", "/workspace/capacity")).status).toBe(401);

@@ -196,6 +196,7 @@ describe.skipIf(skip !== undefined)(`the dashboard's pages in Chromium${skip ? `
     const live = cp.manager.list().length;
     await page.waitForFunction((n) => (globalThis as unknown as { document: { querySelector(s: string): { innerText: string } | null } }).document.querySelector("[data-meter=sandboxes]")?.innerText.includes(`${n} of `), live, { timeout: 10_000 });
     expect(await page.locator("[data-meter=memory-budget]").innerText()).toMatch(/\d+ of \d+ MiB/);
+    expect(await page.locator("[data-meter=cpu-budget]").innerText()).toMatch(/\d+ of \d+ vCPUs given to sandboxes/);
     await page.locator('[data-testid=warm-pools] tr[data-pool="base"]').waitFor({ timeout: 10_000 });
     await shot(page, "16-capacity");
 

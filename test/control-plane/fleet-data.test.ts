@@ -275,4 +275,41 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       await client.end();
     }
   }, 120_000);
+
+  it("places by vCPUs too: a node's --cpu-budget, in its heartbeat, keeps creates off it once its sandboxes' vCPUs fill it (429 when the fleet is full)", async () => {
+    const n3 = await f.startNode("n3", ["--cpu-budget", "3"]);
+    const create = (api: Served) =>
+      fetch(`${api.url}/sandboxes`, { method: "POST", headers: { "x-api-key": f.key, "content-type": "application/json" }, body: JSON.stringify({ templateID: "base", timeout: 120 }) });
+    const made: string[] = [];
+    try {
+      const listed = await waitForValue("n3's heartbeat with its CPU budget", async () => {
+        const nodes = JSON.parse((await runCli(["nodes", "list", "--json"], { LOCALE2B_DATABASE_URL: f.db })).stdout) as { name: string; status: string; capacity: { cpuBudget?: number; cpus?: number } }[];
+        const n = nodes.find((x) => x.name === "n3");
+        return n?.status === "ready" ? nodes : undefined;
+      }, { timeoutMs: 20_000, everyMs: 250 });
+      expect(listed.find((n) => n.name === "n3")!.capacity).toMatchObject({ cpuBudget: 3, cpus: 0 });
+      expect(listed.find((n) => n.name === "n1")!.capacity.cpuBudget).toBeGreaterThanOrEqual(256); // the default
+      const table = (await runCli(["nodes", "list"], { LOCALE2B_DATABASE_URL: f.db })).stdout;
+      expect(table).toMatch(/^NAME +STATUS +URL +RUNTIME +SANDBOXES +MEMORY MiB +VCPUS +HEARTBEAT/);
+      expect(table).toMatch(/\nn3 +ready .* 0\/3 /);
+      // Only n3 takes creates: a base sandbox (2 vCPUs) fits its 3, a second does not.
+      await runCli(["nodes", "cordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
+      await runCli(["nodes", "cordon", "n2"], { LOCALE2B_DATABASE_URL: f.db });
+      const first = await create(f.api1);
+      expect(first.status, await first.clone().text()).toBe(201);
+      const id = ((await first.json()) as { sandboxID: string }).sandboxID;
+      made.push(id);
+      expect(await nodeOf(id)).toBe("n3");
+      const second = await create(f.api2);
+      expect(second.status).toBe(429);
+      expect(second.headers.get("retry-after")).toBe("5");
+      expect(((await second.json()) as { message: string }).message).toMatch(/the fleet is full: 1 node could take this sandbox and none has room for one more sandbox of 512 MiB and 2 vCPUs/);
+    } finally {
+      for (const id of made) await fetch(`${f.api1.url}/sandboxes/${id}`, { method: "DELETE", headers: { "x-api-key": f.key } });
+      await runCli(["nodes", "uncordon", "n1"], { LOCALE2B_DATABASE_URL: f.db });
+      await runCli(["nodes", "uncordon", "n2"], { LOCALE2B_DATABASE_URL: f.db });
+      await n3.stop();
+      await runCli(["nodes", "remove", "n3"], { LOCALE2B_DATABASE_URL: f.db });
+    }
+  }, 180_000);
 });

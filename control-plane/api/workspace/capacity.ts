@@ -17,7 +17,7 @@ export async function capacity({ res, deps }: WsContext): Promise<void> {
     runtime: deps.runtime,
     sandboxes: { total: live.length, running: by("running"), paused: by("paused"), max: limits.maxSandboxes },
     memory_mb: { used: live.reduce((sum, r) => sum + r.memoryMB, 0), budget: limits.memoryBudgetMB },
-    vcpus: { used: live.reduce((sum, r) => sum + r.cpuCount, 0) },
+    vcpus: { used: live.reduce((sum, r) => sum + r.cpuCount, 0), budget: limits.cpuBudget },
     warm_pools: deps.manager.warmPools(),
     starts: { running: admission.running, queued: admission.queued, rejected: admission.rejected, concurrent: admission.limits.concurrent, queue: admission.limits.queue },
     host: { memory_total_bytes: totalmem(), memory_free_bytes: freemem(), cpus: availableParallelism() },

@@ -99,13 +99,13 @@ export class SimulatedFleet {
     const [records, loads] = await Promise.all([this.o.store.listNodes(), this.o.store.nodeLoads()]);
     const byNode = new Map(loads.map((l) => [l.node, l]));
     return this.o.nodes.view(records).map((n) => {
-      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0 };
-      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB } };
+      const l = byNode.get(n.name) ?? { sandboxes: 0, memoryMB: 0, cpus: 0 };
+      return { ...n, capacity: { ...n.capacity, sandboxes: l.sandboxes, memoryMB: l.memoryMB, cpus: l.cpus } };
     });
   }
 
   /** `count` creates one after another, each on the first node `place` gives; how many each node got. */
-  async create(count: number, ask: PlacementAsk = { memoryMB: 512 }): Promise<Map<string, number>> {
+  async create(count: number, ask: PlacementAsk = { memoryMB: 512, cpuCount: 2 }): Promise<Map<string, number>> {
     const got = new Map<string, number>();
     for (let i = 0; i < count; i++) {
       const p = place(await this.forPlacement(), ask);

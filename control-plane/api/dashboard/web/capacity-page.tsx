@@ -6,7 +6,7 @@ interface Capacity {
   runtime: string;
   sandboxes: { total: number; running: number; paused: number; max: number };
   memory_mb: { used: number; budget: number };
-  vcpus: { used: number };
+  vcpus: { used: number; budget: number };
   warm_pools: { image: string; ready: number; starting: number; target: number }[];
   starts: { running: number; queued: number; rejected: number; concurrent: number; queue: number };
   host: { memory_total_bytes: number; memory_free_bytes: number; cpus: number };
@@ -38,7 +38,8 @@ export function CapacityPage() {
         <>
           <article>
             <Meter id="sandboxes" label="Sandboxes" used={d.sandboxes.total} total={d.sandboxes.max} text={`${d.sandboxes.total} of ${d.sandboxes.max} (${d.sandboxes.running} running, ${d.sandboxes.paused} paused)`} />
-            <Meter id="memory-budget" label="Memory budget" used={d.memory_mb.used} total={d.memory_mb.budget} text={`${d.memory_mb.used} of ${d.memory_mb.budget} MiB given to sandboxes · ${d.vcpus.used} vCPUs`} />
+            <Meter id="memory-budget" label="Memory budget" used={d.memory_mb.used} total={d.memory_mb.budget} text={`${d.memory_mb.used} of ${d.memory_mb.budget} MiB given to sandboxes`} />
+            <Meter id="cpu-budget" label="CPU budget" used={d.vcpus.used} total={d.vcpus.budget} text={`${d.vcpus.used} of ${d.vcpus.budget} vCPUs given to sandboxes`} />
             <Meter
               id="host-memory"
               label="Host memory"
