@@ -18,7 +18,9 @@ import { benchImagesDir } from "./templates/server.js";
  * side in one run on this machine, driven with the E2B JS SDK:
  *   1. create -> first stdout of commands.run('echo hi'), fleet vs serve
  *   2. commands.run('true') round trip on a running sandbox, fleet vs serve
- *   3. creates per second, two nodes vs one behind the same API replica
+ *   3. creates per second, two nodes vs one behind the same API replica; then
+ *      with each node pinned to a core of its own (taskset), the nearest this
+ *      machine comes to nodes on separate hosts
  *   4. CPU per exec of the API replica and the node (and Postgres) vs serve
  * Both sides run with their default warm pool (the process runtime's: 2 each).
  * Everything it starts (processes, sandboxes, Postgres, temporary folders) is
@@ -114,6 +116,8 @@ export async function benchFleet(): Promise<GoalResult[]> {
   let serve: ControlPlaneChild | undefined;
   let servePg: ControlPlaneChild | undefined;
   let n2Images: string | undefined;
+  /** The pinned nodes' own image caches. */
+  const pinnedImages: string[] = [];
   /** Sandboxes made and not yet killed, with where to kill them. */
   const live = new Map<string, Conn>();
 
@@ -130,7 +134,7 @@ export async function benchFleet(): Promise<GoalResult[]> {
       /E2B_API_URL=(\S+)\n[^]*E2B_API_KEY=[^\n]*\n/,
     );
     const domain = `localhost:${new URL(api.url).port}`;
-    const startNode = async (name: string, extraEnv: Record<string, string> = {}) => {
+    const startNode = async (name: string, extraEnv: Record<string, string> = {}, cpus?: string) => {
       const dir = mkdtempSync(`${os.tmpdir()}/locale2b-bench-fleet-${name}-`);
       const n = await startFleetChild(
         `node ${name}`,
@@ -138,6 +142,8 @@ export async function benchFleet(): Promise<GoalResult[]> {
         { ...fleetEnv, ...extraEnv },
         /reach it at (http:\/\/\S+);/,
         dir,
+        undefined,
+        cpus,
       );
       nodes.push(n);
       return n;
@@ -375,6 +381,54 @@ export async function benchFleet(): Promise<GoalResult[]> {
         "creates/s = burst size / time from the first Sandbox.create call to the last one resolved (sandboxes killed after, not timed);\n" +
         "each burst starts with every warm pool full (2 ready sandboxes per node and on each serve), so its first creates are hand-overs.",
     );
+
+    // 3b. the same with each node pinned to a core of its own: two 1-core "hosts" vs one.
+    let pinnedRatio: number | undefined;
+    if (cores >= 2) {
+      heading(`fleet 3/4, pinned: the same bursts with each node pinned to a core of its own (taskset), two nodes vs one (${rounds} rounds, order alternating)`);
+      await store.setNodeState("n1", "cordoned");
+      await store.setNodeState("n2", "cordoned");
+      pinnedImages.push(ownImagesDir(images), ownImagesDir(images));
+      const p1 = await startNode("p1", { LOCALE2B_IMAGES_DIR: pinnedImages[0]! }, "0");
+      const p2 = await startNode("p2", { LOCALE2B_IMAGES_DIR: pinnedImages[1]! }, "1");
+      const pinnedPools = [p1, p2].map((n) => ({ url: n.url, headers: nodeHeaders }));
+      const pinned: Record<"one" | "two", number[]> = { one: [], two: [] };
+      const pinnedPlaced: Record<"one" | "two", Record<string, number>> = { one: {}, two: {} };
+      for (let r = 0; r < rounds; r++) {
+        for (const config of r % 2 === 0 ? (["one", "two"] as const) : (["two", "one"] as const)) {
+          await store.setNodeState("p2", config === "one" ? "cordoned" : "ready");
+          await sleep(NODES_SETTLE_MS);
+          await waitWarm(pinnedPools);
+          const b = await burst(fleet);
+          pinned[config].push(b.perSec);
+          for (const id of b.ids) {
+            const node = (await store.getSandbox(id))?.node ?? "?";
+            pinnedPlaced[config][node] = (pinnedPlaced[config][node] ?? 0) + 1;
+          }
+          await killAll(b.ids);
+        }
+      }
+      pinnedRatio = median(pinned.two) / median(pinned.one);
+      const pinnedWhere = (c: "one" | "two") =>
+        Object.entries(pinnedPlaced[c])
+          .sort()
+          .map(([n, k]) => `${n} ${k}`)
+          .join(", ");
+      printTable(
+        ["variant", "creates/s per round", "median", "/ one node", "placed"],
+        [
+          ["fleet, one node on core 0 (p2 cordoned)", pinned.one.map(fmtRate).join(" "), fmtRate(median(pinned.one)), "-", pinnedWhere("one")],
+          ["fleet, two nodes on cores 0 and 1", pinned.two.map(fmtRate).join(" "), fmtRate(median(pinned.two)), fmtRatio(pinnedRatio), pinnedWhere("two")],
+        ],
+      );
+      console.log(
+        `two pinned nodes / one: ${fmtRatio(pinnedRatio)} (goal >= ${GOAL_SCALE_RATIO}x on separate hosts). Each node, its sandboxes and their envd run on a\n` +
+          "core of their own (taskset: a 1-core host each, one start at a time), as two hosts would; the API replica, Postgres and this\n" +
+          "client are not pinned and share both cores with them, which a separate-host fleet would not.",
+      );
+      await store.setNodeState("n1", "ready");
+      await store.setNodeState("n2", "ready");
+    }
     console.log(`load average at the end: ${os.loadavg()[0]!.toFixed(2)} (${cores} cores)`);
 
     return [
@@ -388,6 +442,17 @@ export async function benchFleet(): Promise<GoalResult[]> {
         ok: scaleRatio >= GOAL_SCALE_RATIO,
         notApplicable: `separate-host goal: both nodes share ${cores} cores here`,
       },
+      ...(pinnedRatio === undefined
+        ? []
+        : [
+            {
+              benchmark: "fleet",
+              metric: "creates/s, two nodes vs one, each node pinned to a core",
+              value: fmtRatio(pinnedRatio),
+              goal: `>= ${GOAL_SCALE_RATIO}x`,
+              ok: pinnedRatio >= GOAL_SCALE_RATIO,
+            },
+          ]),
     ];
   } finally {
     // Sandboxes first (through the API that made them), then the processes (each kills what is left of its sandboxes), then Postgres.
@@ -404,5 +469,6 @@ export async function benchFleet(): Promise<GoalResult[]> {
     await pg?.stop().catch((err: unknown) => console.log(`  warning: stopping Postgres: ${String(err)}`));
     forgetPg?.();
     if (n2Images) rmSync(n2Images, { recursive: true, force: true });
+    for (const dir of pinnedImages) rmSync(dir, { recursive: true, force: true });
   }
 }

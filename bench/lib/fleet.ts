@@ -51,10 +51,15 @@ export function startFleetChild(
   ready: RegExp,
   dataDir?: string,
   timeoutMs = 60_000,
+  /** Pinned to these CPUs (`taskset -c`), it and every process it starts (its sandboxes): a host of that many cores. */
+  cpus?: string,
 ): Promise<FleetChild> {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: run 'npm run build' first`);
   const nodeArgs = (process.env.LOCALE2B_BENCH_CP_NODE_ARGS ?? "").split(/\s+/).filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, CLI, ...args], { env: childEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+  const argv = [process.execPath, ...nodeArgs, CLI, ...args];
+  // taskset execs node in place: the child's pid is node's.
+  const [cmd, ...rest] = cpus === undefined ? argv : ["taskset", "-c", cpus, ...argv];
+  const child = spawn(cmd!, rest, { env: childEnv(env), stdio: ["ignore", "pipe", "pipe"] });
   const forget = onCleanup(() => {
     try {
       child.kill("SIGKILL");
