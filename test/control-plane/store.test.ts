@@ -124,13 +124,13 @@ for (const kind of kinds) {
       expect(await ids({ metadata: { env: "prod" } })).toEqual(["b", "c"]);
       expect(await ids({ metadata: { env: "prod", team: "a" } })).toEqual(["c"]);
       expect(await ids({ node: "n2" })).toEqual(["b"]);
-      // A fleet's placement counts each node's live sandboxes and their memory from here.
-      await store.putSandbox(sandbox("e", { startedAt: 2, node: "n1", memoryMB: 1024 }));
+      // A fleet's placement counts each node's live sandboxes, their memory and their vCPUs from here.
+      await store.putSandbox(sandbox("e", { startedAt: 2, node: "n1", memoryMB: 1024, cpuCount: 4 }));
       await store.putSandbox(sandbox("f", { startedAt: 3, node: "n1", state: "killed", endReason: "killed" }));
       const loads = (await store.nodeLoads()).sort((x, y) => (x.node < y.node ? -1 : 1));
       expect(loads).toEqual([
-        { node: "n1", sandboxes: 2, memoryMB: recs[0]!.memoryMB + 1024 },
-        { node: "n2", sandboxes: 1, memoryMB: recs[1]!.memoryMB },
+        { node: "n1", sandboxes: 2, memoryMB: recs[0]!.memoryMB + 1024, cpus: recs[0]!.cpuCount + 4 },
+        { node: "n2", sandboxes: 1, memoryMB: recs[1]!.memoryMB, cpus: recs[1]!.cpuCount },
       ]);
       for (const r of [...recs, { id: "e" }, { id: "f" }]) await store.deleteSandbox(r.id);
     });
