@@ -58,6 +58,7 @@ import { SecretService } from "./secrets/secret-service.js";
 import { keySource } from "./secrets/secret-key.js";
 import { resolveSecretPlaceholders } from "./secrets/placeholders.js";
 import { TEAM } from "./domain/secret.js";
+import { DEFAULT_SANDBOX_SHAPE } from "./domain/sandbox.js";
 import { configureInterception, interception } from "./runtimes/net/egress-proxy/interception.js";
 import { setSecretResolver } from "./runtimes/net/egress-proxy/transforms.js";
 import { installEgressCa } from "./manager/egress-trust.js";
@@ -225,7 +226,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     imagesDir: images,
     dataDir: opts.dataDir,
     seed,
-    defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
+    defaults: { ...DEFAULT_SANDBOX_SHAPE },
     snapshotNamed: async (name) => (await snapshotsRef?.resolve(name)) !== undefined,
     dropWarm: (image) => managerRef?.dropWarm(image) ?? Promise.resolve(),
     log: log.child({ component: "templates" }),
@@ -268,7 +269,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Runn
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
     templates: templates.service,
     startCommand: startCommandHook(envdRpc, templates.settings.readyTimeoutMs),
-    defaults: { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 },
+    defaults: { ...DEFAULT_SANDBOX_SHAPE },
     readyTimeoutMs: 30_000,
     admission: defaultAdmissionLimits(opts.admission),
     warmPool: opts.warmPool,

@@ -12,6 +12,9 @@ export type SandboxState = "creating" | "running" | "pausing" | "paused" | "resu
 /** Every state but `killed`: what a list shows unless asked for others. */
 export const LIVE_STATES: readonly SandboxState[] = ["creating", "running", "pausing", "paused", "resuming"];
 
+/** A sandbox's shape when neither the create nor its template says otherwise (E2B's defaults: 2 vCPUs, 512 MiB). */
+export const DEFAULT_SANDBOX_SHAPE = { cpuCount: 2, memoryMB: 512, diskSizeMB: 1024 } as const;
+
 export type TimeoutAction = "kill" | "pause";
 
 export interface SandboxRecord {

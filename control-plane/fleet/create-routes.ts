@@ -7,6 +7,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { NodeRecord } from "../domain/node.js";
+import { DEFAULT_SANDBOX_SHAPE } from "../domain/sandbox.js";
 import type { Store } from "../store/store.js";
 import { DEFAULT_TAG, parseTemplateRef } from "../templates/names.js";
 import { PendingPlacements, place, type PlacementAsk } from "./placement.js";
@@ -18,8 +19,8 @@ const IN_FLIGHT_MS = 2_000;
 /** Bodies of creates are read here (to place them): E2B's are small JSON. */
 const CREATE_BODY_MAX = 1 << 20;
 /** Default memory of a create whose template says none (the nodes' default). */
-/** A built-in template's sandbox (serve's defaults). */
-const DEFAULT_SHAPE = { memoryMB: 512, cpuCount: 2 };
+/** A built-in template's sandbox (a node's defaults). */
+const DEFAULT_SHAPE = { memoryMB: DEFAULT_SANDBOX_SHAPE.memoryMB, cpuCount: DEFAULT_SANDBOX_SHAPE.cpuCount };
 
 /** What creating uses of the replica (api-server.ts). */
 export interface CreateDeps {

@@ -40,6 +40,15 @@ export interface KubeAnswer {
   body: unknown;
 }
 
+/** An answer's body: its JSON, or the text when it is not JSON. */
+function bodyOf(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
 /** One call to the apiserver: its status and parsed JSON body (the text when it is not JSON). */
 export function kubeRequest(c: InCluster, method: string, path: string, body?: unknown, contentType = "application/json", timeoutMs = 5_000): Promise<KubeAnswer> {
   const payload = body === undefined ? undefined : JSON.stringify(body);
@@ -59,13 +68,7 @@ export function kubeRequest(c: InCluster, method: string, path: string, body?: u
       (res) => {
         let text = "";
         res.setEncoding("utf8").on("data", (d: string) => (text += d));
-        res.on("end", () => {
-          try {
-            resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as unknown });
-          } catch {
-            resolve({ status: res.statusCode ?? 0, body: text });
-          }
-        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: bodyOf(text) }));
       },
     );
     req.on("timeout", () => req.destroy(new Error(`no answer from ${c.server} in ${timeoutMs} ms`)));
@@ -126,15 +129,7 @@ export function kubeStream(c: InCluster, path: string, what: string, onEvent: (e
       if (res.statusCode !== 200) {
         let text = "";
         res.on("data", (d: string) => (text += d));
-        res.on("end", () => {
-          let body: unknown = text;
-          try {
-            body = JSON.parse(text);
-          } catch {
-            // the text it is
-          }
-          reject(kubeError(what, { status: res.statusCode ?? 0, body }));
-        });
+        res.on("end", () => reject(kubeError(what, { status: res.statusCode ?? 0, body: bodyOf(text) })));
         return;
       }
       let partial = "";

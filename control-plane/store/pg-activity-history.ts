@@ -19,7 +19,7 @@ const FLUSH_ROWS = 2000;
  */
 const ACTIVITY_LOCK = 0x6c326261; // "l2ba"
 /** Held by the one API replica pruning the shared history at a time (pruneAll). */
-const PRUNE_LOCK = 0x6c327072; // "l2pr"
+export const PRUNE_LOCK = 0x6c327072; // "l2pr"
 
 interface Pending<T> {
   item: T;

@@ -11,6 +11,7 @@ import { Code } from "@connectrpc/connect";
 import { Sandbox, Secret, SecretNotFoundError, Template, Volume } from "e2b";
 import pgLib from "pg";
 import { describe, expect, it } from "vitest";
+import { PRUNE_LOCK } from "../../control-plane/store/pg-activity-history.js";
 import { runCli, type Served } from "../helpers/cli.js";
 import { apiClient, rejection, watch } from "../helpers/connect-api.js";
 import { fleetMissing, useTestFleet } from "../helpers/fleet.js";
@@ -259,11 +260,11 @@ describe.skipIf(missing !== undefined)("a fleet's shared data through its replic
       expect(await left()).toEqual(all);
 
       // A replica prunes before it listens: while another holds the lock it skips, and the rows stay.
-      await client.query("SELECT pg_advisory_lock($1)", [0x6c327072]);
+      await client.query("SELECT pg_advisory_lock($1)", [PRUNE_LOCK]);
       const skipped = await f.startApi(short);
       await skipped.stop();
       expect(await left()).toEqual(all);
-      await client.query("SELECT pg_advisory_unlock($1)", [0x6c327072]);
+      await client.query("SELECT pg_advisory_unlock($1)", [PRUNE_LOCK]);
 
       const pruning = await f.startApi(short);
       await pruning.stop();
