@@ -7,6 +7,7 @@ import { postgresMissing, startPostgres, type TestPostgres } from "../test/helpe
 import { startControlPlaneChild, type ControlPlaneChild } from "./lib/control-plane.js";
 import { processCpuSeconds } from "./lib/cpu.js";
 import { NO_CAPS, NODE_TOKEN_HEADER, onPostgresCleanup, ownImagesDir, startFleetChild, waitForWarmPools, type FleetChild } from "./lib/fleet.js";
+import { burstOf, burstRounds, eachInParallel, fmtRate, placedText } from "./lib/fleet-bursts.js";
 import type { GoalResult } from "./lib/goal.js";
 import { envInt, fmtMs, fmtRatio, heading, printTable, verdict } from "./lib/report.js";
 import { median, quantile } from "./lib/stats.js";
@@ -307,68 +308,37 @@ export async function benchFleet(): Promise<GoalResult[]> {
     n2Images = ownImagesDir(images);
     const n2 = await startNode("n2", { LOCALE2B_IMAGES_DIR: n2Images });
     const n2Pool = { url: n2.url, headers: nodeHeaders };
-    const burst = async (conn: Conn) => {
-      const ids: string[] = [];
-      let next = 0;
-      const t0 = performance.now();
-      const worker = async () => {
-        while (next < burstN) {
-          next++;
-          const s = await Sandbox.create("base", { ...conn, timeoutMs: SANDBOX_TIMEOUT_MS });
-          live.set(s.sandboxId, conn);
-          ids.push(s.sandboxId);
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(burstC, burstN) }, worker));
-      const seconds = (performance.now() - t0) / 1000;
-      return { perSec: burstN / seconds, ids };
-    };
-    const killAll = async (ids: string[]) => {
-      let i = 0;
-      await Promise.all(
-        Array.from({ length: burstC }, async () => {
-          while (i < ids.length) await kill(ids[i++]!);
-        }),
-      );
-    };
-    type Config = "one" | "two" | "serve" | "servePg";
-    const rates: Record<Config, number[]> = { one: [], two: [], serve: [], servePg: [] };
-    const placed: Record<Config, Record<string, number>> = { one: {}, two: {}, serve: {}, servePg: {} };
-    const order: Config[] = ["one", "two", "serve", "servePg"];
-    const isFleet = (c: Config) => c === "one" || c === "two";
-    for (let r = 0; r < rounds; r++) {
-      const roundOrder = r % 2 === 0 ? order : [...order].reverse();
-      for (const config of roundOrder) {
-        if (isFleet(config)) {
-          await store.setNodeState("n2", config === "one" ? "cordoned" : "ready");
+    const burst = (conn: Conn) =>
+      burstOf(burstN, burstC, async () => {
+        const s = await Sandbox.create("base", { ...conn, timeoutMs: SANDBOX_TIMEOUT_MS });
+        live.set(s.sandboxId, conn);
+        return s.sandboxId;
+      });
+    const clear = (ids: string[]) => eachInParallel(ids, burstC, kill);
+    const nodeOf = async (id: string) => (await store!.getSandbox(id))?.node ?? "?";
+    const fleetVariant = (c: string) => c === "one" || c === "two";
+    const { rates, placed } = await burstRounds({
+      variants: ["one", "two", "serve", "servePg"] as const,
+      rounds,
+      async prepare(variant) {
+        if (fleetVariant(variant)) {
+          await store!.setNodeState("n2", variant === "one" ? "cordoned" : "ready");
           await sleep(NODES_SETTLE_MS);
         }
         // Every pool full (n2's too when cordoned: it keeps its pool), no refill running, before each burst.
         await waitWarm([n1Pool, n2Pool, servePool, servePgPool]);
-        const b = await burst(config === "serve" ? plain : config === "servePg" ? plainPg : fleet);
-        rates[config].push(b.perSec);
-        if (isFleet(config)) {
-          for (const id of b.ids) {
-            const node = (await store.getSandbox(id))?.node ?? "?";
-            placed[config][node] = (placed[config][node] ?? 0) + 1;
-          }
-        }
-        await killAll(b.ids);
-      }
-    }
+      },
+      burst: (variant) => burst(variant === "serve" ? plain : variant === "servePg" ? plainPg : fleet),
+      nodeOf: async (variant, id) => (fleetVariant(variant) ? nodeOf(id) : undefined),
+      clear,
+    });
     await store.setNodeState("n2", "ready");
-    const where = (c: Config) =>
-      Object.entries(placed[c])
-        .sort()
-        .map(([n, k]) => `${n} ${k}`)
-        .join(", ");
-    const fmtRate = (v: number) => `${v.toFixed(2)}/s`;
     const scaleRatio = median(rates.two) / median(rates.one);
     printTable(
       ["variant", "creates/s per round", "median", "/ one node", "placed"],
       [
-        ["fleet, one node (n2 cordoned)", rates.one.map(fmtRate).join(" "), fmtRate(median(rates.one)), "-", where("one")],
-        ["fleet, two nodes", rates.two.map(fmtRate).join(" "), fmtRate(median(rates.two)), fmtRatio(scaleRatio), where("two")],
+        ["fleet, one node (n2 cordoned)", rates.one.map(fmtRate).join(" "), fmtRate(median(rates.one)), "-", placedText(placed.one)],
+        ["fleet, two nodes", rates.two.map(fmtRate).join(" "), fmtRate(median(rates.two)), fmtRatio(scaleRatio), placedText(placed.two)],
         ["locale2b serve (information)", rates.serve.map(fmtRate).join(" "), fmtRate(median(rates.serve)), fmtRatio(median(rates.serve) / median(rates.one)), "-"],
         ["locale2b serve --database-url (information)", rates.servePg.map(fmtRate).join(" "), fmtRate(median(rates.servePg)), fmtRatio(median(rates.servePg) / median(rates.one)), "-"],
       ],
@@ -392,33 +362,24 @@ export async function benchFleet(): Promise<GoalResult[]> {
       const p1 = await startNode("p1", { LOCALE2B_IMAGES_DIR: pinnedImages[0]! }, "0");
       const p2 = await startNode("p2", { LOCALE2B_IMAGES_DIR: pinnedImages[1]! }, "1");
       const pinnedPools = [p1, p2].map((n) => ({ url: n.url, headers: nodeHeaders }));
-      const pinned: Record<"one" | "two", number[]> = { one: [], two: [] };
-      const pinnedPlaced: Record<"one" | "two", Record<string, number>> = { one: {}, two: {} };
-      for (let r = 0; r < rounds; r++) {
-        for (const config of r % 2 === 0 ? (["one", "two"] as const) : (["two", "one"] as const)) {
-          await store.setNodeState("p2", config === "one" ? "cordoned" : "ready");
+      const pinned = await burstRounds({
+        variants: ["one", "two"] as const,
+        rounds,
+        async prepare(variant) {
+          await store!.setNodeState("p2", variant === "one" ? "cordoned" : "ready");
           await sleep(NODES_SETTLE_MS);
           await waitWarm(pinnedPools);
-          const b = await burst(fleet);
-          pinned[config].push(b.perSec);
-          for (const id of b.ids) {
-            const node = (await store.getSandbox(id))?.node ?? "?";
-            pinnedPlaced[config][node] = (pinnedPlaced[config][node] ?? 0) + 1;
-          }
-          await killAll(b.ids);
-        }
-      }
-      pinnedRatio = median(pinned.two) / median(pinned.one);
-      const pinnedWhere = (c: "one" | "two") =>
-        Object.entries(pinnedPlaced[c])
-          .sort()
-          .map(([n, k]) => `${n} ${k}`)
-          .join(", ");
+        },
+        burst: () => burst(fleet),
+        nodeOf: (_, id) => nodeOf(id),
+        clear,
+      });
+      pinnedRatio = median(pinned.rates.two) / median(pinned.rates.one);
       printTable(
         ["variant", "creates/s per round", "median", "/ one node", "placed"],
         [
-          ["fleet, one node on core 0 (p2 cordoned)", pinned.one.map(fmtRate).join(" "), fmtRate(median(pinned.one)), "-", pinnedWhere("one")],
-          ["fleet, two nodes on cores 0 and 1", pinned.two.map(fmtRate).join(" "), fmtRate(median(pinned.two)), fmtRatio(pinnedRatio), pinnedWhere("two")],
+          ["fleet, one node on core 0 (p2 cordoned)", pinned.rates.one.map(fmtRate).join(" "), fmtRate(median(pinned.rates.one)), "-", placedText(pinned.placed.one)],
+          ["fleet, two nodes on cores 0 and 1", pinned.rates.two.map(fmtRate).join(" "), fmtRate(median(pinned.rates.two)), fmtRatio(pinnedRatio), placedText(pinned.placed.two)],
         ],
       );
       console.log(

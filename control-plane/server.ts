@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { availableParallelism, hostname, totalmem } from "node:os";
+import { hostname } from "node:os";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -24,6 +24,7 @@ import { applyGuestIdentity } from "./runtimes/guest-identity.js";
 import { EnvdRpc } from "./transport/envd-rpc.js";
 import { warmUpEnvd } from "./manager/warm-up.js";
 import { prepareWorkspaceDir } from "./workspace/workspace-dir.js";
+import { DEFAULT_LIMITS } from "./manager/options.js";
 import { SandboxManager, type ManagerLimits } from "./manager/sandbox-manager.js";
 import { ControlPlaneMetrics } from "./metrics/metrics.js";
 import { defaultAdmissionLimits, type AdmissionLimits } from "./manager/admission.js";
@@ -141,21 +142,6 @@ export interface RunningControlPlane {
   certificates?: () => readonly CertificatePair[];
   close(): Promise<void>;
 }
-
-/**
- * Defaults: a sandbox's memoryMB is a limit, and an idle one uses ~20 MiB
- * (bench: `npm run bench -- sandboxes`), so the budget overcommits the host's
- * RAM 16x. Its cpuCount is a ceiling (a CPU quota), and an agent's sandbox is
- * idle most of the time, so the CPU budget overcommits the host's cores 64x
- * (at least 256 vCPUs: 128 sandboxes of E2B's default 2). --memory-budget-mb,
- * --cpu-budget and --max-sandboxes set them.
- */
-export const DEFAULT_LIMITS: ManagerLimits = {
-  maxSandboxes: 1000,
-  memoryBudgetMB: Math.max(64 * 1024, Math.floor((totalmem() / 1024 / 1024) * 16)),
-  cpuBudget: Math.max(256, availableParallelism() * 64),
-  maxTimeoutSeconds: 24 * 3600,
-};
 
 /**
  * The data dir's SQLite, or Postgres (`databaseUrl`), which several hosts

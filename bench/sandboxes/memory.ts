@@ -131,7 +131,7 @@ export async function benchMemory(): Promise<GoalResult[]> {
       `per idle sandbox: ${fmtMiB(perSandbox)} (goal <= ${GOAL_MIB_PER_SANDBOX} MiB: ${verdict(okMem)}). ` +
         `MemAvailable at the start ${fmtMiB(mem0.available)} of ${fmtMiB(mem0.total)} -> about ${capacity} idle sandboxes fit (goal >= ${GOAL_CAPACITY}: ${verdict(okCap)}).`,
     );
-    const { DEFAULT_LIMITS } = await import("../../control-plane/server.js");
+    const { DEFAULT_LIMITS } = await import("../../control-plane/manager/options.js");
     const memoryMB = Number(detail.memoryMB);
     if (memoryMB > 0) {
       const byBudget = Math.floor(DEFAULT_LIMITS.memoryBudgetMB / memoryMB);

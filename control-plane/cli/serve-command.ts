@@ -1,6 +1,7 @@
 // `locale2b serve` (= `npm start`): the control plane, E2B REST API, Connect
 // API and envd proxy on one port.
-import { startControlPlane, DEFAULT_LIMITS, type RunningControlPlane } from "../server.js";
+import { DEFAULT_LIMITS } from "../manager/options.js";
+import { startControlPlane, type RunningControlPlane } from "../server.js";
 import { imagesDir } from "../images/layout.js";
 import { DEFAULT_HOST, DEFAULT_PORT, defaultDataDir, resolveDataDir } from "../config.js";
 import { createRuntime, DEFAULT_RUNTIME, findRuntime, RUNTIMES, runtimeNamed, runtimeNames } from "../runtimes/registry.js";

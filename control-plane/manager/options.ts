@@ -1,5 +1,6 @@
 // What a SandboxManager is made of: the server's store, runtimes, transport,
 // limits and the hooks other parts of the control plane give it.
+import { availableParallelism, totalmem } from "node:os";
 import type { Logger } from "pino";
 import type { GuestIdentity, GuestVolume, Runtime } from "../runtimes/runtime.js";
 import type { RuntimeSet } from "../runtimes/runtime-set.js";
@@ -21,6 +22,21 @@ export interface ManagerLimits {
   /** Longest timeout a client may ask for, in seconds. */
   maxTimeoutSeconds: number;
 }
+
+/**
+ * Defaults: a sandbox's memoryMB is a limit, and an idle one uses ~20 MiB
+ * (bench: `npm run bench -- sandboxes`), so the budget overcommits the host's
+ * RAM 16x. Its cpuCount is a ceiling (a CPU quota), and an agent's sandbox is
+ * idle most of the time, so the CPU budget overcommits the host's cores 64x
+ * (at least 256 vCPUs: 128 sandboxes of E2B's default 2). --memory-budget-mb,
+ * --cpu-budget and --max-sandboxes set them.
+ */
+export const DEFAULT_LIMITS: ManagerLimits = {
+  maxSandboxes: 1000,
+  memoryBudgetMB: Math.max(64 * 1024, Math.floor((totalmem() / 1024 / 1024) * 16)),
+  cpuBudget: Math.max(256, availableParallelism() * 64),
+  maxTimeoutSeconds: 24 * 3600,
+};
 
 /** A create's template reference (an id, a name, `name:tag`), resolved. */
 export interface ResolvedTemplate {

@@ -4,6 +4,7 @@ import type { AuditEntry, AuditQuery } from "../audit/audit-log.js";
 import type { SandboxEvent } from "../events/types.js";
 import type { MetricSample } from "../metrics/history.js";
 import type { ActivityHistory, EventPageQuery, HistoryKind } from "./activity-history.js";
+import { inTransaction } from "./pg-store.js";
 
 const TABLES: Record<HistoryKind, string> = { events: "events", audit: "audit", samples: "metric_samples" };
 
@@ -247,28 +248,18 @@ export class PgActivityHistory implements ActivityHistory {
    * process is pruning now (a fleet's replicas prune one at a time): the rows
    * removed per kind, or undefined when skipped.
    */
-  async pruneAll(before: Record<HistoryKind, number>): Promise<Record<HistoryKind, number> | undefined> {
-    const client = await this.pool.connect();
-    try {
-      await client.query("BEGIN");
-      const { rows } = await client.query<{ locked: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS locked", [PRUNE_LOCK]);
-      if (!rows[0]?.locked) {
-        await client.query("ROLLBACK");
-        return undefined;
-      }
+  pruneAll(before: Record<HistoryKind, number>): Promise<Record<HistoryKind, number> | undefined> {
+    return inTransaction(this.pool, async (c) => {
+      const { rows } = await c.query<{ locked: boolean }>("SELECT pg_try_advisory_xact_lock($1) AS locked", [PRUNE_LOCK]);
+      if (!rows[0]?.locked) return undefined;
       const removed = { events: 0, audit: 0, samples: 0 };
       for (const kind of Object.keys(removed) as HistoryKind[]) {
-        removed[kind] = (await client.query(`DELETE FROM ${TABLES[kind]} WHERE time < $1`, [before[kind]])).rowCount ?? 0;
+        removed[kind] = (await c.query(`DELETE FROM ${TABLES[kind]} WHERE time < $1`, [before[kind]])).rowCount ?? 0;
       }
-      await client.query("COMMIT");
       return removed;
-    } catch (err) {
-      await client.query("ROLLBACK").catch(() => undefined);
-      throw err;
-    } finally {
-      client.release();
-    }
+    });
   }
+
 
   async close(): Promise<void> {
     if (this.closed) return;

@@ -18,6 +18,22 @@ const NODE_LOCK = 0x6c32626e; // "l2bn"
 
 export type Queryable = Pick<pg.PoolClient, "query">;
 
+/** `fn` in one transaction on one of the pool's clients: committed when it returns, rolled back when it throws. */
+export async function inTransaction<T>(pool: pg.Pool, fn: (c: Queryable) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  try {
+    await c.query("BEGIN");
+    const out = await fn(c);
+    await c.query("COMMIT");
+    return out;
+  } catch (err) {
+    await c.query("ROLLBACK").catch(() => undefined);
+    throw err;
+  } finally {
+    c.release();
+  }
+}
+
 /**
  * The control plane's state in Postgres, for a fleet: any number of API
  * replicas and node agents share it. Same contract as SqliteStore (the store
@@ -51,20 +67,10 @@ export class PgStore implements Store {
     return store;
   }
 
-  private async tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
-    const c = await this.pool.connect();
-    try {
-      await c.query("BEGIN");
-      const out = await fn(c);
-      await c.query("COMMIT");
-      return out;
-    } catch (err) {
-      await c.query("ROLLBACK").catch(() => undefined);
-      throw err;
-    } finally {
-      c.release();
-    }
+  private tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, fn);
   }
+
 
   private async migrate(): Promise<void> {
     await this.tx(async (c) => {
